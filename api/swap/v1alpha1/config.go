@@ -1,0 +1,137 @@
+package v1alpha1
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Limits of the fields, shared by validation and documentation.
+const (
+	MinSwapHighPercent = 1
+	MaxSwapHighPercent = 100
+	MinSwappiness      = 0
+	MaxSwappiness      = 100
+)
+
+// Decoder decodes SwapConfig objects strictly. It is safe for concurrent
+// use; create one with NewDecoder and keep it.
+type Decoder struct {
+	serializer *json.Serializer
+}
+
+// NewDecoder returns a strict decoder for dra.swap/v1alpha1 SwapConfig.
+func NewDecoder() *Decoder {
+	scheme := runtime.NewScheme()
+	scheme.AddKnownTypes(SchemeGroupVersion, &SwapConfig{})
+	return &Decoder{serializer: json.NewSerializerWithOptions(
+		json.DefaultMetaFactory, scheme, scheme,
+		json.SerializerOptions{Yaml: false, Pretty: false, Strict: true},
+	)}
+}
+
+// Decode decodes raw JSON (as found in an opaque device configuration's
+// parameters), applies defaults and validates the result. Unknown or
+// duplicate fields, another apiVersion or kind, and invalid values are
+// errors that name the field.
+func (d *Decoder) Decode(raw []byte) (*SwapConfig, error) {
+	if len(raw) == 0 {
+		return nil, errors.New("empty parameters: expected a dra.swap/v1alpha1 SwapConfig")
+	}
+	obj, gvk, err := d.serializer.Decode(raw, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("decode dra.swap/v1alpha1 SwapConfig: %w", err)
+	}
+	config, ok := obj.(*SwapConfig)
+	if !ok {
+		return nil, fmt.Errorf("decode dra.swap/v1alpha1 SwapConfig: unexpected kind %s", gvk)
+	}
+	config.Default()
+	if errs := config.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid dra.swap/v1alpha1 SwapConfig: %w", errs.ToAggregate())
+	}
+	return config, nil
+}
+
+// Default fills in the defaults of unset fields.
+func (c *SwapConfig) Default() {
+	if c.Zswap == "" {
+		c.Zswap = ZswapInherit
+	}
+}
+
+// Validate checks every field and returns all problems found, each naming
+// its field.
+func (c *SwapConfig) Validate() field.ErrorList {
+	var errs field.ErrorList
+	if p := c.SwapHighPercent; p != nil && (*p < MinSwapHighPercent || *p > MaxSwapHighPercent) {
+		errs = append(errs, field.Invalid(field.NewPath("swapHighPercent"), *p,
+			fmt.Sprintf("must be between %d and %d", MinSwapHighPercent, MaxSwapHighPercent)))
+	}
+	switch c.Zswap {
+	case "", ZswapInherit, ZswapEnabled, ZswapDisabled:
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("zswap"), c.Zswap,
+			[]ZswapMode{ZswapInherit, ZswapEnabled, ZswapDisabled}))
+	}
+	if s := c.Swappiness; s != nil && (*s < MinSwappiness || *s > MaxSwappiness) {
+		errs = append(errs, field.Invalid(field.NewPath("swappiness"), *s,
+			fmt.Sprintf("must be between %d and %d", MinSwappiness, MaxSwappiness)))
+	}
+	return errs
+}
+
+// ValidateForCgroupVersion reports the fields that the node's cgroup
+// version (1 or 2) cannot apply.
+func (c *SwapConfig) ValidateForCgroupVersion(version int) field.ErrorList {
+	var errs field.ErrorList
+	switch version {
+	case 1:
+		if c.SwapHighPercent != nil {
+			errs = append(errs, field.Forbidden(field.NewPath("swapHighPercent"),
+				"memory.swap.high exists only on cgroup v2; this node uses cgroup v1"))
+		}
+		if c.Zswap != "" && c.Zswap != ZswapInherit {
+			errs = append(errs, field.Forbidden(field.NewPath("zswap"),
+				"memory.zswap.max exists only on cgroup v2; this node uses cgroup v1"))
+		}
+	case 2:
+		if c.Swappiness != nil {
+			errs = append(errs, field.Forbidden(field.NewPath("swappiness"),
+				"cgroup v2 has no per-cgroup swappiness; this node uses cgroup v2"))
+		}
+	default:
+		errs = append(errs, field.InternalError(nil, fmt.Errorf("unknown cgroup version %d", version)))
+	}
+	return errs
+}
+
+// Merge overlays configs in order: a field set in a later config replaces
+// the same field of an earlier one. DeviceClass configs come first, then
+// the claim's, so a claim can refine what its class sets. Merge returns a
+// defaulted config; nil inputs are skipped.
+func Merge(configs ...*SwapConfig) *SwapConfig {
+	out := &SwapConfig{}
+	out.APIVersion, out.Kind = SchemeGroupVersion.String(), Kind
+	for _, c := range configs {
+		if c == nil {
+			continue
+		}
+		if c.SwapHighPercent != nil {
+			v := *c.SwapHighPercent
+			out.SwapHighPercent = &v
+		}
+		if c.Zswap != "" && c.Zswap != ZswapInherit {
+			out.Zswap = c.Zswap
+		}
+		if c.Swappiness != nil {
+			v := *c.Swappiness
+			out.Swappiness = &v
+		}
+	}
+	out.Default()
+	return out
+}
