@@ -1,0 +1,55 @@
+# dra-driver-swap. `make test` runs everything; see README.md.
+SHELL := /bin/bash
+GO ?= go
+OUT_DIR ?= $(CURDIR)/_output/bin
+KUBE_VERSION ?= v1.37.1
+# Fuzz time per fuzz target in `make fuzz`.
+FUZZTIME ?= 30s
+BENCHTIME ?= 1s
+
+GO_PACKAGES := ./api/... ./pkg/... ./cmd/...
+COMMANDS := dra-swap-kubeletplugin dra-swap-hook
+
+.PHONY: all build test unit integration verify fuzz bench k8s-binaries deps clean
+
+all: build
+
+build:
+	@mkdir -p $(OUT_DIR)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(OUT_DIR)/ $(addprefix ./cmd/,$(COMMANDS))
+
+## test: everything a change must pass: static checks, unit tests, integration tests.
+test: verify unit integration
+
+verify:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	cd test/tools && $(GO) vet ./... >/dev/null
+
+unit:
+	$(GO) test -count=1 -race $(GO_PACKAGES)
+
+deps:
+	hack/install-deps.sh etcd-server
+
+k8s-binaries:
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-k8s.sh kube-apiserver
+
+## integration: the kubelet plugin against a real kube-apiserver and etcd.
+integration: deps k8s-binaries
+	KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -count=1 -v ./test/integration/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+
+## fuzz: run each fuzz target for FUZZTIME.
+fuzz:
+	@set -e; for target in $$(grep -rl --include='*_test.go' '^func Fuzz' api pkg cmd | xargs -n1 dirname | sort -u); do \
+		for f in $$(grep -h '^func Fuzz' $$target/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+			echo "fuzz $$target $$f"; $(GO) test ./$$target -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME); \
+		done; \
+	done
+
+## bench: prepare latency (1 and 110 claims) and the hook's run time.
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./pkg/prepare/ ./pkg/hook/
+
+clean:
+	rm -rf _output

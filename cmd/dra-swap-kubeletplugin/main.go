@@ -1,0 +1,132 @@
+// Command dra-swap-kubeletplugin is the dra.swap DRA kubelet plugin: it
+// publishes the node's swap as a ResourceSlice and prepares swap claims for
+// the kubelet. See docs/design.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // JSON log format
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "dra-swap-kubeletplugin: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	cfg            plugin.Config
+	kubeconfig     string
+	reserved       string
+	defaultRequest string
+}
+
+func run(args []string) error {
+	o := options{cfg: plugin.Config{Discovery: discovery.Options{}}}
+	fs := pflag.NewFlagSet("dra-swap-kubeletplugin", pflag.ContinueOnError)
+	fs.StringVar(&o.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
+	fs.StringVar(&o.cfg.DriverName, "driver-name", "dra.swap", "DRA driver name.")
+	fs.StringVar(&o.cfg.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod, for seamless rolling updates (default $POD_UID).")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
+	fs.StringVar(&o.cfg.Discovery.Root, "host-root", "/", "Where the host's root filesystem is visible (/proc, /sys, the kubelet config).")
+	fs.StringVar(&o.cfg.Discovery.KubeletConfigPath, "kubelet-config", "/var/lib/kubelet/config.yaml", "Host path of the kubelet's configuration file, read for memorySwap.swapBehavior.")
+	fs.StringVar(&o.cfg.Discovery.KubeletConfigDir, "kubelet-config-dir", "", "Host path of the kubelet's drop-in configuration directory (--config-dir), if any.")
+	fs.StringVar(&o.cfg.CDIDir, "cdi-dir", "/var/run/cdi", "Directory for the per-claim CDI specs (one the container runtime reads).")
+	fs.StringVar(&o.cfg.HookPath, "hook-path", "/opt/dra-swap/bin/dra-swap-hook", "Host path of the dra-swap-hook binary named in the CDI specs.")
+	fs.StringVar(&o.cfg.HookStateDir, "hook-state-dir", "/run/dra-swap/hook", "Host directory where the hook records per-container state (keep it on tmpfs).")
+	fs.StringVar(&o.cfg.InstallHookFrom, "install-hook-from", "", "If set, copy this hook binary to --hook-path under --host-root at start-up.")
+	fs.StringVar(&o.cfg.PluginDataDir, "plugin-data-dir", kubeletplugin.KubeletPluginsDir+"/dra.swap", "Directory for the plugin's socket and checkpoint.")
+	fs.StringVar(&o.cfg.RegistrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "The kubelet's plugin registration directory.")
+	fs.Float64Var(&o.cfg.Policy.OvercommitRatio, "overcommit-ratio", 1.0, "Swap offered = active swap × this ratio − --reserved.")
+	fs.StringVar(&o.reserved, "reserved", "0", "Swap kept back for system daemons (quantity, e.g. 512Mi).")
+	fs.StringVar(&o.defaultRequest, "default-request", "1Gi", "Swap granted to a claim whose request names no capacity; capped at the offer.")
+	fs.DurationVar(&o.cfg.RescanInterval, "rescan-interval", 5*time.Second, "How often the node's swap and kubelet configuration are rediscovered.")
+	fs.BoolVar(&o.cfg.AllowCriticalPods, "allow-critical-pods", false, "Let system-node-critical and system-cluster-critical pods use swap.")
+	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics (disabled when empty).")
+
+	logConfig := logsapi.NewLoggingConfiguration()
+	gate := featuregate.NewFeatureGate()
+	utilruntime.Must(logsapi.AddFeatureGates(gate))
+	utilruntime.Must(gate.SetFromMap(map[string]bool{string(logsapi.ContextualLogging): true}))
+	logsapi.AddFlags(logConfig, fs)
+	fs.Var(gate, "feature-gates", "Logging feature gates: "+fmt.Sprint(gate.KnownFeatures()))
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := logsapi.ValidateAndApply(logConfig, gate); err != nil {
+		return err
+	}
+	var err error
+	if o.cfg.Policy.ReservedBytes, err = parseBytes("--reserved", o.reserved); err != nil {
+		return err
+	}
+	if o.cfg.Policy.DefaultRequestBytes, err = parseBytes("--default-request", o.defaultRequest); err != nil {
+		return err
+	}
+	if o.cfg.Policy.DefaultRequestBytes < slice.Step {
+		return fmt.Errorf("--default-request %s must be at least 1Mi", o.defaultRequest)
+	}
+
+	restConfig, err := clientConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	return plugin.Run(ctx, o.cfg, client)
+}
+
+func parseBytes(flag, s string) (int64, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: %w", flag, s, err)
+	}
+	if q.Sign() < 0 {
+		return 0, fmt.Errorf("%s %q must not be negative", flag, s)
+	}
+	return q.Value(), nil
+}
+
+func clientConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (use --kubeconfig outside a cluster): %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds real Kubernetes commands from the tools module (test/tools) for the
+# integration and end-to-end tests.
+#
+# Usage: hack/build-k8s.sh [COMMAND...]
+#   COMMAND is one of kube-apiserver, kube-scheduler, kube-controller-manager,
+#   kubelet (default: kube-apiserver).
+#
+# Environment:
+#   OUT_DIR       where binaries go (default: <repo>/_output/bin)
+#   KUBE_VERSION  Kubernetes version to build (default: v1.37.1). It must match
+#                 the k8s.io/kubernetes version that test/tools/go.mod requires:
+#                 to build another version, edit test/tools/go.mod (the
+#                 k8s.io/kubernetes require and every k8s.io/* staging replace,
+#                 v1.X.Y -> v0.X.Y) and run `go mod tidy` in test/tools.
+#   GO            go command (default: go)
+#   FORCE=1       rebuild even when a binary is up to date
+#
+# A binary is rebuilt only when it is missing or older than test/tools/go.sum
+# (or go.mod), like make.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tools_dir="${repo_root}/test/tools"
+GO="${GO:-go}"
+KUBE_VERSION="${KUBE_VERSION:-v1.37.1}"
+OUT_DIR="${OUT_DIR:-${repo_root}/_output/bin}"
+FORCE="${FORCE:-0}"
+
+die() {
+	echo "build-k8s: error: $*" >&2
+	exit 1
+}
+
+[[ -f "${tools_dir}/go.mod" ]] || die "${tools_dir}/go.mod not found"
+
+if [[ ! "${KUBE_VERSION}" =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)(-[0-9A-Za-z.+-]+)?$ ]]; then
+	die "KUBE_VERSION=${KUBE_VERSION} is not of the form vMAJOR.MINOR.PATCH"
+fi
+git_major="${BASH_REMATCH[1]}"
+git_minor="${BASH_REMATCH[2]}"
+
+# The k8s.io/kubernetes version that the tools module pins, both in a
+# require block ("\tk8s.io/kubernetes v1.37.1") and a one-line require.
+pinned="$(awk '
+	$1 == "require" && $2 == "k8s.io/kubernetes" { print $3; exit }
+	$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }
+' "${tools_dir}/go.mod")"
+[[ -n "${pinned}" ]] || die "test/tools/go.mod does not require k8s.io/kubernetes"
+if [[ "${pinned}" != "${KUBE_VERSION}" ]]; then
+	die "KUBE_VERSION=${KUBE_VERSION} but test/tools/go.mod pins k8s.io/kubernetes ${pinned}.
+To build ${KUBE_VERSION}, edit test/tools/go.mod: set the k8s.io/kubernetes
+require to ${KUBE_VERSION} and every k8s.io staging replace to v0.${git_minor}.x,
+then run 'go mod tidy' in test/tools."
+fi
+
+if [[ $# -eq 0 ]]; then
+	set -- kube-apiserver
+fi
+for cmd in "$@"; do
+	case "${cmd}" in
+	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet) ;;
+	*) die "unknown command '${cmd}' (want kube-apiserver, kube-scheduler, kube-controller-manager or kubelet)" ;;
+	esac
+done
+
+mkdir -p "${OUT_DIR}"
+OUT_DIR="$(cd "${OUT_DIR}" && pwd)"
+
+ldflags="-X k8s.io/component-base/version.gitVersion=${KUBE_VERSION}"
+ldflags+=" -X k8s.io/component-base/version.gitMajor=${git_major}"
+ldflags+=" -X k8s.io/component-base/version.gitMinor=${git_minor}"
+ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+
+for cmd in "$@"; do
+	out="${OUT_DIR}/${cmd}"
+	if [[ "${FORCE}" != 1 && -x "${out}" && "${out}" -nt "${tools_dir}/go.sum" && "${out}" -nt "${tools_dir}/go.mod" ]]; then
+		echo "build-k8s: ${out} is up to date (${KUBE_VERSION}); FORCE=1 rebuilds it"
+		continue
+	fi
+	echo "build-k8s: building ${cmd} ${KUBE_VERSION} -> ${out} (this takes minutes the first time)"
+	start=${SECONDS}
+	# Build to a temporary name so an interrupted build never leaves a
+	# half-written binary that looks up to date.
+	(cd "${tools_dir}" && "${GO}" build -o "${out}.tmp" -ldflags "${ldflags}" "k8s.io/kubernetes/cmd/${cmd}") ||
+		{
+			rm -f "${out}.tmp"
+			die "go build of ${cmd} failed"
+		}
+	mv -f "${out}.tmp" "${out}"
+	echo "build-k8s: built ${out} in $((SECONDS - start))s"
+done

@@ -1,0 +1,102 @@
+package discovery
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
+)
+
+// DefaultKubeletConfigPath is where kubeadm and most distributions put the
+// kubelet's --config file.
+const DefaultKubeletConfigPath = "/var/lib/kubelet/config.yaml"
+
+// dropInExtension is the extension of the kubelet's drop-in configuration
+// files; other files in --config-dir are ignored, as the kubelet does.
+const dropInExtension = ".conf"
+
+// ReadSwapBehavior returns the kubelet's memorySwap.swapBehavior
+// (SwapBehaviorNoSwap or SwapBehaviorLimitedSwap) from the configuration
+// file configPath and, when configDir is not empty, the drop-in files
+// ending in .conf under configDir, which are applied over the main file in
+// lexical order (walking subdirectories, as the kubelet does). Both paths
+// are host paths read under root; an empty configPath means
+// DefaultKubeletConfigPath. A drop-in overrides the behavior only when it
+// sets a non-empty value; an empty result means the kubelet's default,
+// NoSwap.
+//
+// When a file cannot be read or parsed, or the behavior is not one the
+// kubelet knows, it returns SwapBehaviorUnknown and an error naming the
+// file or the value.
+func ReadSwapBehavior(root, configPath, configDir string) (string, error) {
+	if configPath == "" {
+		configPath = DefaultKubeletConfigPath
+	}
+	source := hostPath(root, configPath)
+	behavior, err := swapBehaviorFromFile(source)
+	if err != nil {
+		return SwapBehaviorUnknown, err
+	}
+	if configDir != "" {
+		dropIns, err := dropInFiles(hostPath(root, configDir))
+		if err != nil {
+			return SwapBehaviorUnknown, err
+		}
+		for _, path := range dropIns {
+			b, err := swapBehaviorFromFile(path)
+			if err != nil {
+				return SwapBehaviorUnknown, err
+			}
+			if b != "" {
+				behavior, source = b, path
+			}
+		}
+	}
+	switch behavior {
+	case "":
+		return SwapBehaviorNoSwap, nil
+	case SwapBehaviorNoSwap, SwapBehaviorLimitedSwap:
+		return behavior, nil
+	default:
+		return SwapBehaviorUnknown, fmt.Errorf("kubelet memorySwap.swapBehavior %q in %s is neither %s nor %s", behavior, source, SwapBehaviorNoSwap, SwapBehaviorLimitedSwap)
+	}
+}
+
+// swapBehaviorFromFile returns memorySwap.swapBehavior as set in one
+// kubelet configuration file, "" when the file does not set it. Unknown
+// fields are ignored; YAML that does not parse, or a field of the wrong
+// type, is an error.
+func swapBehaviorFromFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read kubelet configuration: %w", err)
+	}
+	var cfg kubeletconfig.KubeletConfiguration
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return "", fmt.Errorf("parse kubelet configuration %s: %w", path, err)
+	}
+	return cfg.MemorySwap.SwapBehavior, nil
+}
+
+// dropInFiles lists the files ending in .conf under dir, in the order the
+// kubelet applies them (filepath.WalkDir's lexical order). A missing
+// directory is an error, as it is for the kubelet.
+func dropInFiles(dir string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && filepath.Ext(d.Name()) == dropInExtension {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list kubelet drop-in configuration directory: %w", err)
+	}
+	return files, nil
+}

@@ -1,0 +1,155 @@
+package discovery
+
+import (
+	"strings"
+	"testing"
+)
+
+const kubeletConfigHeader = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+
+func kubeletConfig(swapBehavior string) string {
+	return kubeletConfigHeader + "failSwapOn: false\nmemorySwap:\n  swapBehavior: " + swapBehavior + "\n"
+}
+
+func TestReadSwapBehavior(t *testing.T) {
+	tests := []struct {
+		name       string
+		files      map[string]string
+		configPath string
+		configDir  string
+		want       string
+		wantErr    string
+	}{
+		{
+			name:  "NoSwap",
+			files: map[string]string{DefaultKubeletConfigPath: kubeletConfig("NoSwap")},
+			want:  SwapBehaviorNoSwap,
+		},
+		{
+			name:  "LimitedSwap",
+			files: map[string]string{DefaultKubeletConfigPath: kubeletConfig("LimitedSwap")},
+			want:  SwapBehaviorLimitedSwap,
+		},
+		{
+			name:  "field absent",
+			files: map[string]string{DefaultKubeletConfigPath: kubeletConfigHeader + "failSwapOn: false\ncgroupDriver: systemd\n"},
+			want:  SwapBehaviorNoSwap,
+		},
+		{
+			name:  "empty value",
+			files: map[string]string{DefaultKubeletConfigPath: kubeletConfig(`""`)},
+			want:  SwapBehaviorNoSwap,
+		},
+		{
+			name:  "empty file",
+			files: map[string]string{DefaultKubeletConfigPath: ""},
+			want:  SwapBehaviorNoSwap,
+		},
+		{
+			name:       "other config path",
+			files:      map[string]string{"/etc/kubernetes/kubelet.yaml": kubeletConfig("LimitedSwap")},
+			configPath: "/etc/kubernetes/kubelet.yaml",
+			want:       SwapBehaviorLimitedSwap,
+		},
+		{
+			name:    "missing file",
+			want:    SwapBehaviorUnknown,
+			wantErr: "/var/lib/kubelet/config.yaml: no such file",
+		},
+		{
+			name:    "broken YAML",
+			files:   map[string]string{DefaultKubeletConfigPath: kubeletConfigHeader + "memorySwap: [\n  swapBehavior: NoSwap\n"},
+			want:    SwapBehaviorUnknown,
+			wantErr: "parse kubelet configuration",
+		},
+		{
+			name:    "wrong type",
+			files:   map[string]string{DefaultKubeletConfigPath: kubeletConfigHeader + "memorySwap: LimitedSwap\n"},
+			want:    SwapBehaviorUnknown,
+			wantErr: "/var/lib/kubelet/config.yaml",
+		},
+		{
+			name:    "unknown value",
+			files:   map[string]string{DefaultKubeletConfigPath: kubeletConfig("UnlimitedSwap")},
+			want:    SwapBehaviorUnknown,
+			wantErr: `"UnlimitedSwap" in /`,
+		},
+		{
+			name: "drop-ins apply in lexical order",
+			files: map[string]string{
+				DefaultKubeletConfigPath:                    kubeletConfig("NoSwap"),
+				"/etc/kubernetes/kubelet.conf.d/20-b.conf":  kubeletConfig("LimitedSwap"),
+				"/etc/kubernetes/kubelet.conf.d/10-a.conf":  kubeletConfig("NoSwap"),
+				"/etc/kubernetes/kubelet.conf.d/99-z.yaml":  kubeletConfig("NoSwap"), // not .conf: ignored
+				"/etc/kubernetes/kubelet.conf.d/30-c.conf":  kubeletConfigHeader + "maxPods: 50\n",
+				"/etc/kubernetes/kubelet.conf.d/README.txt": "not YAML: [",
+			},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
+			want:      SwapBehaviorLimitedSwap,
+		},
+		{
+			name: "later drop-in wins over earlier one",
+			files: map[string]string{
+				DefaultKubeletConfigPath:                   kubeletConfig("LimitedSwap"),
+				"/etc/kubernetes/kubelet.conf.d/10-a.conf": kubeletConfig("LimitedSwap"),
+				"/etc/kubernetes/kubelet.conf.d/20-b.conf": kubeletConfig("NoSwap"),
+			},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
+			want:      SwapBehaviorNoSwap,
+		},
+		{
+			name: "drop-in without the field keeps the main file's value",
+			files: map[string]string{
+				DefaultKubeletConfigPath:                   kubeletConfig("LimitedSwap"),
+				"/etc/kubernetes/kubelet.conf.d/10-a.conf": kubeletConfigHeader + "maxPods: 50\n",
+			},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
+			want:      SwapBehaviorLimitedSwap,
+		},
+		{
+			name: "broken drop-in",
+			files: map[string]string{
+				DefaultKubeletConfigPath:                   kubeletConfig("LimitedSwap"),
+				"/etc/kubernetes/kubelet.conf.d/10-a.conf": "memorySwap: {",
+			},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
+			want:      SwapBehaviorUnknown,
+			wantErr:   "/etc/kubernetes/kubelet.conf.d/10-a.conf",
+		},
+		{
+			name: "unknown value in a drop-in",
+			files: map[string]string{
+				DefaultKubeletConfigPath:                   kubeletConfig("LimitedSwap"),
+				"/etc/kubernetes/kubelet.conf.d/10-a.conf": kubeletConfig("limitedswap"),
+			},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
+			want:      SwapBehaviorUnknown,
+			wantErr:   `"limitedswap" in /`,
+		},
+		{
+			name:      "missing drop-in directory",
+			files:     map[string]string{DefaultKubeletConfigPath: kubeletConfig("LimitedSwap")},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
+			want:      SwapBehaviorUnknown,
+			wantErr:   "/etc/kubernetes/kubelet.conf.d",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHostTree(t)
+			for p, content := range tc.files {
+				h.write(p, content)
+			}
+			got, err := ReadSwapBehavior(h.root, tc.configPath, tc.configDir)
+			if got != tc.want {
+				t.Errorf("ReadSwapBehavior() = %q, want %q", got, tc.want)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("ReadSwapBehavior() error = %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("ReadSwapBehavior() error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}

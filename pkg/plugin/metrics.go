@@ -1,0 +1,88 @@
+package plugin
+
+import (
+	"net/http"
+	"time"
+
+	"k8s.io/component-base/metrics"
+)
+
+const (
+	opPrepare   = "prepare"
+	opUnprepare = "unprepare"
+)
+
+// Metrics are the plugin's Prometheus metrics, in a registry of their own.
+type Metrics struct {
+	registry  metrics.KubeRegistry
+	requests  *metrics.CounterVec
+	duration  *metrics.HistogramVec
+	claims    *metrics.Gauge
+	allocated *metrics.Gauge
+	offered   *metrics.Gauge
+	total     *metrics.Gauge
+	used      *metrics.Gauge
+}
+
+// NewMetrics creates and registers the plugin's metrics.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		registry: metrics.NewKubeRegistry(),
+		requests: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: "dra_swap", Name: "claim_operations_total",
+			Help: "Claims prepared or unprepared, by operation and result.", StabilityLevel: metrics.ALPHA,
+		}, []string{"operation", "result"}),
+		duration: metrics.NewHistogramVec(&metrics.HistogramOpts{
+			Namespace: "dra_swap", Name: "claim_operation_duration_seconds",
+			Help:    "Duration of the kubelet's prepare and unprepare calls.",
+			Buckets: metrics.ExponentialBuckets(0.0005, 2, 14), StabilityLevel: metrics.ALPHA,
+		}, []string{"operation"}),
+		claims: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "prepared_claims",
+			Help: "Claims currently prepared on this node.", StabilityLevel: metrics.ALPHA,
+		}),
+		allocated: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "node_swap_allocated_bytes",
+			Help: "Sum of the swap limits of the claims prepared on this node (KEP-5359's kubelet_node_swap_allocated_bytes).", StabilityLevel: metrics.ALPHA,
+		}),
+		offered: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "node_swap_offered_bytes",
+			Help: "Swap capacity published for workloads (0 when the node offers none).", StabilityLevel: metrics.ALPHA,
+		}),
+		total: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "node_swap_total_bytes",
+			Help: "Active swap on the node.", StabilityLevel: metrics.ALPHA,
+		}),
+		used: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "node_swap_used_bytes",
+			Help: "Swap in use on the node.", StabilityLevel: metrics.ALPHA,
+		}),
+	}
+	m.registry.MustRegister(m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used)
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return metrics.HandlerFor(m.registry, metrics.HandlerOpts{})
+}
+
+func (m *Metrics) observe(op string, err error, d time.Duration) {
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	m.requests.WithLabelValues(op, result).Inc()
+	m.duration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+func (m *Metrics) setPrepared(claims int, bytes int64) {
+	m.claims.Set(float64(claims))
+	m.allocated.Set(float64(bytes))
+}
+
+func (m *Metrics) setNode(offered, total, used int64) {
+	m.offered.Set(float64(offered))
+	m.total.Set(float64(total))
+	m.used.Set(float64(used))
+}

@@ -1,0 +1,303 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/cdi"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/checkpoint"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/prepare"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+)
+
+// Config is the kubelet plugin's configuration (its command-line flags).
+type Config struct {
+	DriverName string
+	NodeName   string
+	// PodUID enables seamless rolling updates of the DaemonSet.
+	PodUID string
+	// Discovery says where the host's /proc, /sys and kubelet config are.
+	Discovery discovery.Options
+	// Policy is what the node offers.
+	Policy slice.Policy
+	// RescanInterval is how often the node's swap is rediscovered.
+	RescanInterval time.Duration
+	// CDIDir is where the per-claim CDI specs are written.
+	CDIDir string
+	// HookPath is the host path of dra-swap-hook that the CDI specs name.
+	HookPath string
+	// HookStateDir is the host directory of the hook's per-container state.
+	HookStateDir string
+	// InstallHookFrom, if set, is copied to HookPath under the host root
+	// at start-up, so that a DaemonSet ships the hook with its image.
+	InstallHookFrom string
+	// PluginDataDir holds the plugin's socket and checkpoint.
+	PluginDataDir string
+	// RegistrarDir is the kubelet's plugin registration directory.
+	RegistrarDir string
+	// AllowCriticalPods lets critical pods have swap.
+	AllowCriticalPods bool
+	// MetricsAddress serves /metrics when not empty (host:port).
+	MetricsAddress string
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DriverName == "" || c.NodeName == "" {
+		errs = append(errs, errors.New("driver name and node name must be set"))
+	}
+	if c.RescanInterval <= 0 {
+		errs = append(errs, fmt.Errorf("rescan interval %v must be positive", c.RescanInterval))
+	}
+	for name, p := range map[string]string{"CDI directory": c.CDIDir, "hook path": c.HookPath, "hook state directory": c.HookStateDir,
+		"plugin data directory": c.PluginDataDir, "registrar directory": c.RegistrarDir} {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", name, p))
+		}
+	}
+	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the kubelet plugin until ctx is canceled or a fatal error
+// occurs.
+func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	facts, err := discovery.Discover(ctx, cfg.Discovery)
+	if err != nil {
+		return fmt.Errorf("discover swap: %w", err)
+	}
+	if cfg.InstallHookFrom != "" {
+		if err := installFile(cfg.InstallHookFrom, filepath.Join(cfg.Discovery.Root, cfg.HookPath)); err != nil {
+			return fmt.Errorf("install hook: %w", err)
+		}
+	}
+	for _, dir := range []string{cfg.PluginDataDir, cfg.CDIDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	store := checkpoint.NewStore(filepath.Join(cfg.PluginDataDir, "checkpoint.json"), facts.BootID)
+	cp, err := loadCheckpoint(ctx, store)
+	if err != nil {
+		return err
+	}
+	writer, err := cdi.NewWriter(cfg.CDIDir, cfg.HookPath, cfg.HookStateDir)
+	if err != nil {
+		return err
+	}
+
+	nodeLabels, trigger, err := watchNode(ctx, client, cfg.NodeName)
+	if err != nil {
+		return err
+	}
+	metrics := NewMetrics()
+	publisher := &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, NodeLabels: nodeLabels}
+	publisher.Discover = func(ctx context.Context) (discovery.Facts, error) {
+		f, err := discovery.Discover(ctx, cfg.Discovery)
+		if err == nil {
+			metrics.setNode(cfg.Policy.Offer(f.TotalBytes), f.TotalBytes, f.UsedBytes)
+		}
+		return f, err
+	}
+	manager := prepare.NewManager(prepare.Options{
+		DriverName:        cfg.DriverName,
+		PoolName:          cfg.NodeName,
+		CgroupVersion:     func() int { return publisher.Facts().CgroupVersion },
+		AllowCriticalPods: cfg.AllowCriticalPods,
+	}, writer, store, podGetter{client}, cp)
+	d := &driver{poolName: cfg.NodeName, manager: manager, publisher: publisher, metrics: metrics, fatal: cancel}
+	d.metrics.setPrepared(manager.Prepared())
+
+	opts := []kubeletplugin.Option{
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.NodeName(cfg.NodeName),
+		kubeletplugin.DriverName(cfg.DriverName),
+		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
+	}
+	if cfg.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(cfg.PodUID)))
+	}
+	helper, err := kubeletplugin.Start(ctx, d, opts...)
+	if err != nil {
+		return fmt.Errorf("start kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+	publisher.Publish = helper.PublishResources
+
+	if _, err := publisher.Sync(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { publisher.Run(ctx, cfg.RescanInterval, trigger) })
+	if cfg.MetricsAddress != "" {
+		stop, err := serveMetrics(ctx, cfg.MetricsAddress, metrics.Handler())
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "cdiDir", cfg.CDIDir, "hook", cfg.HookPath)
+	<-ctx.Done()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// loadCheckpoint loads the checkpoint; an unusable one is set aside and
+// the plugin starts empty. Nothing is lost that matters: unprepare removes
+// a claim's spec by its UID whether or not the checkpoint knows the claim.
+func loadCheckpoint(ctx context.Context, store *checkpoint.Store) (*checkpoint.Checkpoint, error) {
+	logger := klog.FromContext(ctx)
+	cp, stale, err := store.Load()
+	switch {
+	case errors.Is(err, checkpoint.ErrUnusable):
+		aside, asideErr := store.SetAside()
+		if asideErr != nil {
+			return nil, errors.Join(err, asideErr)
+		}
+		logger.Error(err, "Checkpoint unusable; starting with no prepared claims", "setAsideAs", aside)
+		cp, _, err = store.Load()
+		if err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, err
+	case stale:
+		logger.Info("Checkpoint is from an earlier boot; starting with no prepared claims", "path", store.Path())
+	}
+	return cp, nil
+}
+
+// watchNode follows the Node's labels; trigger fires when they change.
+func watchNode(ctx context.Context, client kubernetes.Interface, nodeName string) (func() map[string]string, <-chan struct{}, error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
+	}))
+	informer := factory.Core().V1().Nodes()
+	trigger := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case trigger <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { notify() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, n := oldObj.(*corev1.Node), newObj.(*corev1.Node)
+			if !maps.Equal(o.Labels, n.Labels) {
+				notify()
+			}
+		},
+	}); err != nil {
+		return nil, nil, fmt.Errorf("watch node %s: %w", nodeName, err)
+	}
+	factory.Start(ctx.Done())
+	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced) {
+		return nil, nil, fmt.Errorf("watch node %s: cache did not sync", nodeName)
+	}
+	labels := func() map[string]string {
+		node, err := informer.Lister().Get(nodeName)
+		if err != nil {
+			return nil
+		}
+		return node.Labels
+	}
+	return labels, trigger, nil
+}
+
+
+type podGetter struct{ client kubernetes.Interface }
+
+func (g podGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	return g.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// installFile copies src to dst atomically with mode 0755.
+func installFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".dra-swap-hook-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return fmt.Errorf("copy %s to %s: %w", src, tmp.Name(), err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
+
+// serveMetrics serves /metrics on addr until the returned stop is called.
+func serveMetrics(ctx context.Context, addr string, h http.Handler) (func(), error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Metrics server failed")
+		}
+	}()
+	return func() {
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}, nil
+}

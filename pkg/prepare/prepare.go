@@ -1,0 +1,410 @@
+// Package prepare turns allocated dra.swap claims into per-container swap
+// limits: it reads each claim's consumed capacity and SwapConfig, writes the
+// claim's CDI spec and records the claim in the checkpoint, and undoes both
+// on unprepare. Both directions are idempotent, and a failed prepare leaves
+// neither a spec nor a checkpoint entry behind.
+package prepare
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/cdi"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/checkpoint"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+)
+
+// maxSwapBytes bounds any limit the driver hands on (far above any real
+// swap size, far below overflow when limits are added up).
+const maxSwapBytes = int64(1) << 50
+
+// SpecWriter writes and removes per-claim CDI specs (pkg/cdi.Writer).
+type SpecWriter interface {
+	Write(edits cdi.ClaimEdits) (string, error)
+	Remove(claimUID string) error
+}
+
+// CheckpointSaver persists the checkpoint (pkg/checkpoint.Store).
+type CheckpointSaver interface {
+	Save(cp *checkpoint.Checkpoint) error
+}
+
+// PodGetter looks up the pods that use a claim.
+type PodGetter interface {
+	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+}
+
+// Options configure a Manager.
+type Options struct {
+	// DriverName is the driver whose allocation results are handled.
+	DriverName string
+	// PoolName is this node's pool (the node name).
+	PoolName string
+	// CgroupVersion reports the node's cgroup version (1 or 2).
+	CgroupVersion func() int
+	// AllowCriticalPods lets system-node-critical and
+	// system-cluster-critical pods use swap; the kubelet never swaps
+	// them, and neither does this driver unless an admin says so.
+	AllowCriticalPods bool
+}
+
+// Manager prepares and unprepares claims. It is safe for concurrent use.
+type Manager struct {
+	opts    Options
+	specs   SpecWriter
+	store   CheckpointSaver
+	pods    PodGetter
+	decoder *v1alpha1.Decoder
+
+	mu sync.Mutex
+	cp *checkpoint.Checkpoint
+}
+
+// NewManager returns a Manager that starts from the loaded checkpoint cp.
+func NewManager(opts Options, specs SpecWriter, store CheckpointSaver, pods PodGetter, cp *checkpoint.Checkpoint) *Manager {
+	return &Manager{opts: opts, specs: specs, store: store, pods: pods, decoder: v1alpha1.NewDecoder(), cp: cp}
+}
+
+// Prepared reports the number of prepared claims and the swap they grant.
+func (m *Manager) Prepared() (claims int, swapBytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.cp.Claims {
+		swapBytes += c.SwapBytes
+	}
+	return len(m.cp.Claims), swapBytes
+}
+
+// claimPlan is what prepare decided for one claim before any I/O.
+type claimPlan struct {
+	claim   *resourceapi.ResourceClaim
+	results []resourceapi.DeviceRequestAllocationResult
+	bytes   int64
+	config  *v1alpha1.SwapConfig
+}
+
+// Prepare prepares claims, which the kubelet passes for one pod at a
+// time. Every claim gets an entry in the result; a per-claim error names
+// the claim and the cause.
+func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	logger := klog.FromContext(ctx)
+
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	plans := make(map[types.UID]*claimPlan, len(claims))
+	batch := map[types.NamespacedName]int64{}
+	for _, claim := range claims {
+		plan, err := m.plan(claim)
+		if err != nil {
+			results[claim.UID] = kubeletplugin.PrepareResult{Err: claimError(claim, err)}
+			continue
+		}
+		plans[claim.UID] = plan
+		batch[types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}] = plan.bytes
+	}
+	for _, claim := range claims {
+		plan, ok := plans[claim.UID]
+		if !ok {
+			continue
+		}
+		devices, err := m.apply(ctx, plan, batch)
+		if err != nil {
+			logger.Error(err, "Prepare failed", "claim", klog.KObj(claim), "uid", claim.UID)
+			results[claim.UID] = kubeletplugin.PrepareResult{Err: claimError(claim, err)}
+			continue
+		}
+		logger.V(2).Info("Prepared swap claim", "claim", klog.KObj(claim), "uid", claim.UID, "swapBytes", plan.bytes)
+		results[claim.UID] = kubeletplugin.PrepareResult{Devices: devices}
+	}
+	return results
+}
+
+func claimError(claim *resourceapi.ResourceClaim, err error) error {
+	return fmt.Errorf("prepare swap claim %s/%s (%s): %w", claim.Namespace, claim.Name, claim.UID, err)
+}
+
+// plan validates a claim's allocation and configuration without I/O.
+func (m *Manager) plan(claim *resourceapi.ResourceClaim) (*claimPlan, error) {
+	if claim.Status.Allocation == nil {
+		return nil, errors.New("claim is not allocated")
+	}
+	plan := &claimPlan{claim: claim}
+	requests := map[string]bool{}
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != m.opts.DriverName {
+			continue
+		}
+		if r.Pool != m.opts.PoolName || r.Device != slice.DeviceName {
+			return nil, fmt.Errorf("request %q was allocated device %s/%s, which is not this node's swap device %s/%s",
+				r.Request, r.Pool, r.Device, m.opts.PoolName, slice.DeviceName)
+		}
+		q, ok := r.ConsumedCapacity[slice.CapacitySwap]
+		if !ok {
+			return nil, fmt.Errorf("request %q has no consumed %q capacity: the cluster must allocate consumable capacity (DRAConsumableCapacity, on by default from Kubernetes 1.36)", r.Request, slice.CapacitySwap)
+		}
+		b := q.Value()
+		if b <= 0 || b > maxSwapBytes {
+			return nil, fmt.Errorf("request %q consumed %s of swap, outside 1..%d bytes", r.Request, q.String(), maxSwapBytes)
+		}
+		plan.bytes += b
+		plan.results = append(plan.results, r)
+		requests[r.Request] = true
+	}
+	if len(plan.results) == 0 {
+		return nil, fmt.Errorf("no device of driver %s is allocated to the claim", m.opts.DriverName)
+	}
+	config, err := m.config(claim.Status.Allocation.Devices.Config, requests)
+	if err != nil {
+		return nil, err
+	}
+	plan.config = config
+	return plan, nil
+}
+
+// config decodes and merges the driver's opaque configs that apply to the
+// claim's swap requests: those of the DeviceClass first, then the claim's.
+func (m *Manager) config(configs []resourceapi.DeviceAllocationConfiguration, requests map[string]bool) (*v1alpha1.SwapConfig, error) {
+	configs = slices.Clone(configs)
+	slices.SortStableFunc(configs, func(a, b resourceapi.DeviceAllocationConfiguration) int {
+		return cmp.Compare(sourceRank(a.Source), sourceRank(b.Source))
+	})
+	var decoded []*v1alpha1.SwapConfig
+	for i, c := range configs {
+		if c.Opaque == nil || c.Opaque.Driver != m.opts.DriverName {
+			continue
+		}
+		if len(c.Requests) > 0 && !slices.ContainsFunc(c.Requests, func(r string) bool { return requests[r] }) {
+			continue
+		}
+		sc, err := m.decoder.Decode(c.Opaque.Parameters.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("config %d (from %s): %w", i, c.Source, err)
+		}
+		decoded = append(decoded, sc)
+	}
+	merged := v1alpha1.Merge(decoded...)
+	if errs := merged.ValidateForCgroupVersion(m.opts.CgroupVersion()); len(errs) > 0 {
+		return nil, fmt.Errorf("config does not fit this node: %w", errs.ToAggregate())
+	}
+	return merged, nil
+}
+
+func sourceRank(s resourceapi.AllocationConfigSource) int {
+	if s == resourceapi.AllocationConfigSourceClass {
+		return 0
+	}
+	return 1
+}
+
+// apply writes the claim's spec and checkpoint entry; on failure it leaves
+// the node as it was before the call.
+func (m *Manager) apply(ctx context.Context, plan *claimPlan, batch map[types.NamespacedName]int64) ([]kubeletplugin.Device, error) {
+	claim := plan.claim
+	envBytes, err := m.envBytes(ctx, claim, plan.bytes, batch)
+	if err != nil {
+		return nil, err
+	}
+	edits := cdi.ClaimEdits{ClaimUID: string(claim.UID), SwapLimitBytes: plan.bytes, EnvBytes: envBytes}
+	if p := plan.config.SwapHighPercent; p != nil {
+		high := plan.bytes * int64(*p) / 100
+		edits.SwapHighBytes = &high
+	}
+	switch plan.config.Zswap {
+	case v1alpha1.ZswapEnabled:
+		edits.Zswap = cdi.ZswapOn
+	case v1alpha1.ZswapDisabled:
+		edits.Zswap = cdi.ZswapOff
+	}
+	edits.Swappiness = plan.config.Swappiness
+
+	_, wasPrepared := m.cp.Claims[claim.UID]
+	id, err := m.specs.Write(edits)
+	if err != nil {
+		return nil, err
+	}
+	devices := make([]kubeletplugin.Device, 0, len(plan.results))
+	saved := make([]checkpoint.PreparedDevice, 0, len(plan.results))
+	for _, r := range plan.results {
+		devices = append(devices, kubeletplugin.Device{
+			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID, CDIDeviceIDs: []string{id},
+		})
+		saved = append(saved, checkpoint.PreparedDevice{
+			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID, CDIDeviceIDs: []string{id},
+		})
+	}
+	next := m.withClaims(func(claims map[types.UID]checkpoint.ClaimInfo) {
+		claims[claim.UID] = checkpoint.ClaimInfo{
+			Namespace: claim.Namespace, Name: claim.Name, SwapBytes: plan.bytes, EnvBytes: envBytes, Devices: saved,
+		}
+	})
+	if err := m.store.Save(next); err != nil {
+		if !wasPrepared {
+			if rmErr := m.specs.Remove(string(claim.UID)); rmErr != nil {
+				err = errors.Join(err, fmt.Errorf("roll back: %w", rmErr))
+			}
+		}
+		return nil, err
+	}
+	m.cp = next
+	return devices, nil
+}
+
+// withClaims returns a copy of the checkpoint changed by edit; the current
+// one stays untouched until the copy is saved.
+func (m *Manager) withClaims(edit func(map[types.UID]checkpoint.ClaimInfo)) *checkpoint.Checkpoint {
+	next := &checkpoint.Checkpoint{Version: m.cp.Version, BootID: m.cp.BootID, Claims: maps.Clone(m.cp.Claims)}
+	if next.Claims == nil {
+		next.Claims = map[types.UID]checkpoint.ClaimInfo{}
+	}
+	edit(next.Claims)
+	return next
+}
+
+// Unprepare removes the claims' specs and checkpoint entries. A claim that
+// is not prepared is not an error: its spec is removed all the same, so
+// that nothing is left even when the checkpoint was lost.
+func (m *Manager) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	results := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		if err := m.specs.Remove(string(c.UID)); err != nil {
+			results[c.UID] = fmt.Errorf("unprepare swap claim %s (%s): %w", c.NamespacedName, c.UID, err)
+			continue
+		}
+		if _, ok := m.cp.Claims[c.UID]; !ok {
+			results[c.UID] = nil
+			continue
+		}
+		next := m.withClaims(func(claims map[types.UID]checkpoint.ClaimInfo) { delete(claims, c.UID) })
+		if err := m.store.Save(next); err != nil {
+			results[c.UID] = fmt.Errorf("unprepare swap claim %s (%s): %w", c.NamespacedName, c.UID, err)
+			continue
+		}
+		m.cp = next
+		logger.V(2).Info("Unprepared swap claim", "claim", c.NamespacedName, "uid", c.UID)
+		results[c.UID] = nil
+	}
+	return results
+}
+
+// envBytes is the DRA_SWAP_LIMIT_BYTES value of the claim's spec: the total
+// swap limit of the containers that use it, which is the sum over all the
+// swap claims of such a container. When the claim reaches containers whose
+// totals differ (a claim shared by containers that hold different other
+// swap claims), no single value is right for all: the claim's own bytes
+// are used and the cgroup limits, which the hook sums per container, stay
+// exact.
+func (m *Manager) envBytes(ctx context.Context, claim *resourceapi.ResourceClaim, own int64, batch map[types.NamespacedName]int64) (int64, error) {
+	totals := map[int64]bool{}
+	for _, ref := range claim.Status.ReservedFor {
+		if ref.APIGroup != "" || ref.Resource != "pods" {
+			continue
+		}
+		pod, err := m.pods.GetPod(ctx, claim.Namespace, ref.Name)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("look up pod %s/%s that uses the claim: %w", claim.Namespace, ref.Name, err)
+		}
+		if pod.UID != ref.UID {
+			continue
+		}
+		if isCritical(pod) && !m.opts.AllowCriticalPods {
+			return 0, fmt.Errorf("pod %s/%s has priority class %s: critical pods never swap (an admin can allow it with --allow-critical-pods)",
+				pod.Namespace, pod.Name, pod.Spec.PriorityClassName)
+		}
+		for _, t := range ContainerTotals(pod, claim.Name, func(name string) int64 { return m.claimBytes(claim.Namespace, name, batch) }) {
+			totals[t] = true
+		}
+	}
+	if len(totals) == 1 {
+		for t := range totals {
+			return t, nil
+		}
+	}
+	if len(totals) > 1 {
+		klog.FromContext(ctx).Info("Claim reaches containers with different swap totals; DRA_SWAP_LIMIT_BYTES shows the claim's own limit",
+			"claim", klog.KObj(claim), "totals", slices.Sorted(maps.Keys(totals)))
+	}
+	return own, nil
+}
+
+func (m *Manager) claimBytes(namespace, name string, batch map[types.NamespacedName]int64) int64 {
+	if b, ok := batch[types.NamespacedName{Namespace: namespace, Name: name}]; ok {
+		return b
+	}
+	for _, c := range m.cp.Claims {
+		if c.Namespace == namespace && c.Name == name {
+			return c.SwapBytes
+		}
+	}
+	return 0 // not a swap claim of this driver
+}
+
+func isCritical(pod *corev1.Pod) bool {
+	switch pod.Spec.PriorityClassName {
+	case "system-node-critical", "system-cluster-critical":
+		return true
+	}
+	return false
+}
+
+// ContainerTotals returns, for each container of the pod that uses the
+// ResourceClaim named claimName, the sum of bytesOf over the distinct
+// ResourceClaims that container uses. bytesOf returns 0 for claims that
+// grant no swap.
+func ContainerTotals(pod *corev1.Pod, claimName string, bytesOf func(claimName string) int64) []int64 {
+	// Pod-level claim name -> ResourceClaim name.
+	resolved := map[string]string{}
+	for _, pc := range pod.Spec.ResourceClaims {
+		if pc.ResourceClaimName != nil {
+			resolved[pc.Name] = *pc.ResourceClaimName
+		}
+	}
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName != nil {
+			resolved[s.Name] = *s.ResourceClaimName
+		}
+	}
+	var totals []int64
+	visit := func(c *corev1.Container) {
+		used := map[string]bool{}
+		for _, ref := range c.Resources.Claims {
+			if name, ok := resolved[ref.Name]; ok {
+				used[name] = true
+			}
+		}
+		if !used[claimName] {
+			return
+		}
+		var total int64
+		for name := range used {
+			total += bytesOf(name)
+		}
+		totals = append(totals, total)
+	}
+	for i := range pod.Spec.InitContainers {
+		visit(&pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		visit(&pod.Spec.Containers[i])
+	}
+	return totals
+}

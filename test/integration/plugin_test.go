@@ -1,0 +1,344 @@
+// Package integration runs the driver's components against a real
+// kube-apiserver and etcd (see framework).
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apitypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/ktesting"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
+)
+
+const (
+	mi       = int64(1) << 20
+	gi       = int64(1) << 30
+	nodeName = "node-a"
+	bootID   = "6a0b8e2e-4d1c-4f5e-9b7a-0c1d2e3f4a5b"
+)
+
+// hostTree is a fake host root that the plugin's discovery reads.
+type hostTree struct {
+	t    *testing.T
+	root string
+}
+
+func (h hostTree) write(path, content string) {
+	h.t.Helper()
+	full := filepath.Join(h.root, path)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	// Replace atomically so the plugin never reads a half-written file.
+	tmp := full + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, full); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func swaps(entries ...string) string {
+	return "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n" + strings.Join(entries, "")
+}
+
+// newHost builds a cgroup v1 node with one 2Gi swap partition on an SSD.
+func newHost(t *testing.T) hostTree {
+	h := hostTree{t: t, root: t.TempDir()}
+	h.write("proc/swaps", swaps("/dev/vdb                                partition\t2097152\t\t0\t\t-2\n"))
+	h.write("sys/class/block/vdb/queue/rotational", "0\n")
+	h.write("proc/sys/kernel/osrelease", "6.1.0-25-amd64\n")
+	h.write("proc/sys/kernel/random/boot_id", bootID+"\n")
+	h.write("sys/module/zswap/parameters/enabled", "N\n")
+	h.write("sys/fs/cgroup/memory/memory.memsw.limit_in_bytes", "9223372036854771712\n")
+	h.write("var/lib/kubelet/config.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailSwapOn: false\nmemorySwap:\n  swapBehavior: NoSwap\n")
+	return h
+}
+
+func startPlugin(t *testing.T, ctx context.Context, client kubernetes.Interface, h hostTree) (plugin.Config, <-chan error) {
+	dir := t.TempDir()
+	cfg := plugin.Config{
+		DriverName:     "dra.swap",
+		NodeName:       nodeName,
+		Discovery:      discovery.Options{Root: h.root, KubeletConfigPath: "/var/lib/kubelet/config.yaml"},
+		Policy:         slice.Policy{OvercommitRatio: 1, ReservedBytes: 0, DefaultRequestBytes: gi},
+		RescanInterval: 100 * time.Millisecond,
+		CDIDir:         filepath.Join(dir, "cdi"),
+		HookPath:       "/opt/dra-swap/bin/dra-swap-hook",
+		HookStateDir:   "/run/dra-swap/hook",
+		PluginDataDir:  filepath.Join(dir, "plugins", "dra.swap"),
+		RegistrarDir:   filepath.Join(dir, "plugins_registry"),
+	}
+	// The kubelet owns the registration directory; it exists before any plugin starts.
+	if err := os.MkdirAll(cfg.RegistrarDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- plugin.Run(ctx, cfg, client) }()
+	return cfg, done
+}
+
+func createNode(t *testing.T, ctx context.Context, client kubernetes.Interface) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{
+		"kubernetes.io/hostname":        nodeName,
+		"topology.kubernetes.io/zone":   "zone-a",
+		"topology.kubernetes.io/region": "region-1",
+	}}}
+	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForSlice waits until the node's dra.swap slice satisfies check and
+// returns its device (nil for an empty pool).
+func waitForSlice(t *testing.T, ctx context.Context, client kubernetes.Interface, what string, check func(*resourceapi.Device) bool) *resourceapi.Device {
+	t.Helper()
+	var last []resourceapi.ResourceSlice
+	var found *resourceapi.Device
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = list.Items
+		for _, s := range list.Items {
+			if s.Spec.Driver != "dra.swap" || s.Spec.Pool.Name != nodeName || ptr.Deref(s.Spec.NodeName, "") != nodeName {
+				continue
+			}
+			var dev *resourceapi.Device
+			if len(s.Spec.Devices) > 0 {
+				dev = &s.Spec.Devices[0]
+			}
+			if check(dev) {
+				found = dev
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for a slice where %s: %v; slices: %+v", what, err, last)
+	}
+	return found
+}
+
+func capacityIs(bytes int64) func(*resourceapi.Device) bool {
+	return func(d *resourceapi.Device) bool {
+		if d == nil {
+			return false
+		}
+		c, ok := d.Capacity["swap"]
+		return ok && c.Value.Value() == bytes
+	}
+}
+
+func attr(d *resourceapi.Device, name resourceapi.QualifiedName) string {
+	a, ok := d.Attributes[name]
+	switch {
+	case !ok:
+		return "<none>"
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.IntValue != nil:
+		return fmt.Sprint(*a.IntValue)
+	case a.BoolValue != nil:
+		return fmt.Sprint(*a.BoolValue)
+	case a.VersionValue != nil:
+		return *a.VersionValue
+	}
+	return "<empty>"
+}
+
+// TestPluginPublishesSwap runs the kubelet plugin against a real API
+// server and a fake host tree, and follows its ResourceSlice through swap
+// and configuration changes on the node.
+func TestPluginPublishesSwap(t *testing.T) {
+	api := framework.StartAPIServer(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	client := api.Client
+	createNode(t, ctx, client)
+	h := newHost(t)
+	_, done := startPlugin(t, ctx, client, h)
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("plugin: %v", err)
+		}
+	})
+
+	dev := waitForSlice(t, ctx, client, "capacity is 2Gi", capacityIs(2*gi))
+	if dev.Name != "swap" || !ptr.Deref(dev.AllowMultipleAllocations, false) {
+		t.Errorf("device %q allowMultipleAllocations=%v", dev.Name, dev.AllowMultipleAllocations)
+	}
+	p := dev.Capacity["swap"].RequestPolicy
+	if p == nil || p.Default.Value() != gi || p.ValidRange == nil || p.ValidRange.Min.Value() != mi || p.ValidRange.Step.Value() != mi || p.ValidRange.Max.Value() != 2*gi {
+		t.Errorf("request policy = %+v", p)
+	}
+	want := map[resourceapi.QualifiedName]string{
+		"swapBehavior": "NoSwap", "totalBytes": fmt.Sprint(2 * gi), "devices": "1", "medium": "ssd", "zswap": "false",
+		"cgroupVersion": "1", "kernelVersion": "6.1.0", "tmpfsNoswap": "false",
+		"topology.kubernetes.io/zone": "zone-a", "topology.kubernetes.io/region": "region-1", "kubernetes.io/hostname": nodeName,
+	}
+	for name, v := range want {
+		if got := attr(dev, name); got != v {
+			t.Errorf("attribute %s = %s, want %s", name, got, v)
+		}
+	}
+
+	// swapon of a 1Gi file on an HDD-backed... file medium is whatever its
+	// disk is; the 2Gi partition keeps the higher priority.
+	h.write("proc/swaps", swaps(
+		"/dev/vdb                                partition\t2097152\t\t0\t\t-2\n",
+		"/swapfile                               file\t\t1048576\t\t0\t\t-3\n"))
+	dev = waitForSlice(t, ctx, client, "capacity is 3Gi after swapon", capacityIs(3*gi))
+	if attr(dev, "devices") != "2" || attr(dev, "totalBytes") != fmt.Sprint(3*gi) || attr(dev, "medium") != "ssd" {
+		t.Errorf("after swapon: devices=%s total=%s medium=%s", attr(dev, "devices"), attr(dev, "totalBytes"), attr(dev, "medium"))
+	}
+
+	// The kubelet's configuration changes to LimitedSwap.
+	h.write("var/lib/kubelet/config.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemorySwap:\n  swapBehavior: LimitedSwap\n")
+	waitForSlice(t, ctx, client, "swapBehavior is LimitedSwap", func(d *resourceapi.Device) bool { return d != nil && attr(d, "swapBehavior") == "LimitedSwap" })
+
+	// The node moves to another zone.
+	node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Labels["topology.kubernetes.io/zone"] = "zone-b"
+	if _, err := client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForSlice(t, ctx, client, "zone is zone-b", func(d *resourceapi.Device) bool {
+		return d != nil && attr(d, "topology.kubernetes.io/zone") == "zone-b"
+	})
+
+	// swapoff: the pool stays, empty.
+	h.write("proc/swaps", swaps())
+	waitForSlice(t, ctx, client, "the pool is empty after swapoff", func(d *resourceapi.Device) bool { return d == nil })
+
+	// swapon again, but the cgroup swap control file is gone (swapaccount=0).
+	h.write("proc/swaps", swaps("/dev/zram0                              partition\t524288\t\t0\t\t100\n"))
+	if err := os.Remove(filepath.Join(h.root, "sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // several rescans
+	waitForSlice(t, ctx, client, "still no device without swap accounting", func(d *resourceapi.Device) bool { return d == nil })
+	h.write("sys/fs/cgroup/memory/memory.memsw.limit_in_bytes", "9223372036854771712\n")
+	dev = waitForSlice(t, ctx, client, "zram device of 512Mi", capacityIs(512*mi))
+	if attr(dev, "medium") != "zram" {
+		t.Errorf("medium = %s, want zram", attr(dev, "medium"))
+	}
+}
+
+// TestPluginPreparesOverGRPC calls the plugin's kubelet DRA gRPC v1 service
+// the way the kubelet does, for a claim allocated in the API server.
+func TestPluginPreparesOverGRPC(t *testing.T) {
+	api := framework.StartAPIServer(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	client := api.Client
+	createNode(t, ctx, client)
+	h := newHost(t)
+	cfg, done := startPlugin(t, ctx, client, h)
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("plugin: %v", err)
+		}
+	})
+	waitForSlice(t, ctx, client, "the device is published", capacityIs(2*gi))
+
+	ns := "default"
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "swap-claim"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "swap",
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: "dra.swap",
+				Capacity:        &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse("300Mi")}},
+			},
+		}}}},
+	}
+	claim, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Allocate as the scheduler would.
+	shareID := "8f0e1d2c-3b4a-4596-8877-665544332211"
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "swap", Driver: "dra.swap", Pool: nodeName, Device: "swap",
+		ShareID:          ptr.To(apitypes.UID(shareID)),
+		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse("300Mi")},
+	}}}}
+	claim, err = client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := grpc.NewClient("unix://"+filepath.Join(cfg.PluginDataDir, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dra := drapb.NewDRAPluginClient(conn)
+	pbClaim := &drapb.Claim{Namespace: ns, Name: claim.Name, Uid: string(claim.UID)}
+	for i := range 2 { // idempotent
+		resp, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{pbClaim}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := resp.Claims[string(claim.UID)]
+		if r == nil || r.Error != "" || len(r.Devices) != 1 {
+			t.Fatalf("prepare #%d: %+v", i+1, resp)
+		}
+		d := r.Devices[0]
+		if d.PoolName != nodeName || d.DeviceName != "swap" || d.GetShareId() != shareID ||
+			len(d.CdiDeviceIds) != 1 || d.CdiDeviceIds[0] != "dra.swap/swap="+string(claim.UID) {
+			t.Fatalf("prepare #%d device: %+v", i+1, d)
+		}
+	}
+	spec, err := os.ReadFile(filepath.Join(cfg.CDIDir, "dra.swap-swap_"+string(claim.UID)+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"DRA_SWAP_LIMIT_BYTES=314572800"`, `"--swap-limit=314572800"`, `"createRuntime"`} {
+		if !strings.Contains(string(spec), want) {
+			t.Errorf("CDI spec lacks %s: %s", want, spec)
+		}
+	}
+	if cp, err := os.ReadFile(filepath.Join(cfg.PluginDataDir, "checkpoint.json")); err != nil || !strings.Contains(string(cp), string(claim.UID)) {
+		t.Errorf("checkpoint = %s, %v", cp, err)
+	}
+
+	for range 2 {
+		resp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{pbClaim}})
+		if err != nil || resp.Claims[string(claim.UID)].GetError() != "" {
+			t.Fatalf("unprepare: %+v, %v", resp, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cfg.CDIDir, "dra.swap-swap_"+string(claim.UID)+".json")); !os.IsNotExist(err) {
+		t.Errorf("CDI spec still there: %v", err)
+	}
+}
