@@ -241,7 +241,6 @@ func watchNode(ctx context.Context, client kubernetes.Interface, nodeName string
 	return labels, trigger, nil
 }
 
-
 type podGetter struct{ client kubernetes.Interface }
 
 func (g podGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
