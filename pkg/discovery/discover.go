@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"math"
 	"os"
-
-	"k8s.io/klog/v2"
 )
 
 // Host files that discovery reads, relative to Options.Root.
@@ -37,8 +35,8 @@ type Options struct {
 // Discover reads the node's swap facts from the host filesystem at
 // opts.Root. Missing or malformed /proc/swaps, osrelease or boot_id is an
 // error; a medium that cannot be determined is MediumUnknown; a kubelet
-// configuration that cannot be read is logged and recorded as
-// SwapBehaviorUnknown.
+// configuration that cannot be read is recorded as SwapBehaviorUnknown,
+// with the reason in SwapBehaviorProblem.
 func Discover(ctx context.Context, opts Options) (Facts, error) {
 	root := opts.Root
 	devices, err := readDevices(root)
@@ -68,8 +66,7 @@ func Discover(ctx context.Context, opts Options) (Facts, error) {
 	}
 	facts.SwapBehavior, err = ReadSwapBehavior(root, opts.KubeletConfigPath, opts.KubeletConfigDir)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Cannot tell the kubelet's swap behavior; recording it as unknown",
-			"swapBehavior", facts.SwapBehavior)
+		facts.SwapBehaviorProblem = err.Error()
 	}
 	return facts, nil
 }

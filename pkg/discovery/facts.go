@@ -61,6 +61,9 @@ type Facts struct {
 	// SwapBehavior is the kubelet's memorySwap.swapBehavior, or
 	// SwapBehaviorUnknown when the configuration could not be read.
 	SwapBehavior string
+	// SwapBehaviorProblem says why SwapBehavior is unknown (empty when
+	// it is known), for the caller to report once rather than each scan.
+	SwapBehaviorProblem string
 	// BootID identifies the current boot (/proc/sys/kernel/random/boot_id).
 	BootID string
 }

@@ -71,6 +71,9 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	device, reason := slice.Device(facts, labels, p.Policy)
 	p.mu.Lock()
 	unchanged := p.state.synced && equality.Semantic.DeepEqual(device, p.state.device)
+	if facts.SwapBehaviorProblem != "" && facts.SwapBehaviorProblem != p.state.facts.SwapBehaviorProblem {
+		logger.Info("Cannot tell the kubelet's swap behavior; publishing it as Unknown", "problem", facts.SwapBehaviorProblem)
+	}
 	p.state.facts = facts
 	p.mu.Unlock()
 	if unchanged {

@@ -1,0 +1,106 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+)
+
+func facts(total int64) discovery.Facts {
+	f := discovery.Facts{TotalBytes: total, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true,
+		KernelVersion: "6.8.0", SwapBehavior: discovery.SwapBehaviorNoSwap, BootID: "b"}
+	if total > 0 {
+		f.Devices = []discovery.SwapDevice{{Path: "/dev/sda2", Type: "partition", SizeBytes: total}}
+	}
+	return f
+}
+
+func TestPublisherSync(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	current := facts(1 << 30)
+	var discoverErr error
+	labels := map[string]string{"topology.kubernetes.io/zone": "a"}
+	var published []resourceslice.DriverResources
+	p := &Publisher{
+		NodeName:   "node-a",
+		Policy:     slice.Policy{OvercommitRatio: 1},
+		Discover:   func(context.Context) (discovery.Facts, error) { return current, discoverErr },
+		NodeLabels: func() map[string]string { return labels },
+		Publish: func(_ context.Context, r resourceslice.DriverResources) error {
+			published = append(published, r)
+			return nil
+		},
+	}
+	devices := func(i int) int { return len(published[i].Pools["node-a"].Slices[0].Devices) }
+
+	steps := []struct {
+		name          string
+		change        func()
+		wantPublished bool
+		wantDevices   int
+		wantErr       string
+	}{
+		{name: "first sync publishes", change: func() {}, wantPublished: true, wantDevices: 1},
+		{name: "nothing changed", change: func() {}},
+		{name: "used swap changes nothing published", change: func() { current.UsedBytes = 5 }},
+		{name: "swapon", change: func() { current = facts(2 << 30) }, wantPublished: true, wantDevices: 1},
+		{name: "label change", change: func() { labels = map[string]string{"topology.kubernetes.io/zone": "b"} }, wantPublished: true, wantDevices: 1},
+		{name: "discovery fails", change: func() { discoverErr = errors.New("malformed /proc/swaps") }, wantErr: "malformed /proc/swaps"},
+		{name: "swapoff", change: func() { discoverErr = nil; current = facts(0) }, wantPublished: true, wantDevices: 0},
+	}
+	for _, s := range steps {
+		before := len(published)
+		s.change()
+		got, err := p.Sync(ctx)
+		if s.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), s.wantErr) || !strings.Contains(err.Error(), "node-a") {
+				t.Fatalf("%s: error %v", s.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got != s.wantPublished || (len(published) > before) != s.wantPublished {
+			t.Fatalf("%s: published=%v (calls %d→%d), want %v", s.name, got, before, len(published), s.wantPublished)
+		}
+		if s.wantPublished && devices(len(published)-1) != s.wantDevices {
+			t.Fatalf("%s: %d devices, want %d", s.name, devices(len(published)-1), s.wantDevices)
+		}
+	}
+	if dev, reason := p.Device(); dev != nil || !strings.Contains(reason, "no active swap device") {
+		t.Errorf("Device() = %v, %q", dev, reason)
+	}
+}
+
+func TestHealthReport(t *testing.T) {
+	current := facts(1 << 30)
+	p := &Publisher{
+		NodeName: "node-a", Policy: slice.Policy{OvercommitRatio: 1},
+		Discover: func(context.Context) (discovery.Facts, error) { return current, nil },
+		Publish:  func(context.Context, resourceslice.DriverResources) error { return nil },
+	}
+	d := &driver{poolName: "node-a", publisher: p}
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := d.healthReport().Devices[0]; h.Health != kubeletplugin.HealthStatusHealthy || h.DeviceName != "swap" || h.PoolName != "node-a" {
+		t.Errorf("health = %+v", h)
+	}
+	current = facts(0)
+	if _, err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := d.healthReport().Devices[0]; h.Health != kubeletplugin.HealthStatusUnhealthy || h.Message == "" {
+		t.Errorf("health after swapoff = %+v", h)
+	}
+}
