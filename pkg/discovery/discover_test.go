@@ -387,25 +387,25 @@ func TestDiscoverErrors(t *testing.T) {
 // that cannot be read is logged and recorded, not fatal.
 func TestDiscoverUnreadableKubeletConfig(t *testing.T) {
 	tests := []struct {
-		name    string
-		opts    func(root string) Options
-		setup   func(h hostTree)
+		name        string
+		opts        func(root string) Options
+		setup       func(h hostTree)
 		wantProblem string
 	}{
 		{
-			name:    "missing file",
-			opts:    func(root string) Options { return Options{Root: root, KubeletConfigPath: "/etc/kubelet.yaml"} },
+			name:        "missing file",
+			opts:        func(root string) Options { return Options{Root: root, KubeletConfigPath: "/etc/kubelet.yaml"} },
 			wantProblem: "/etc/kubelet.yaml",
 		},
 		{
-			name:    "unknown value",
-			opts:    func(root string) Options { return Options{Root: root} },
-			setup:   func(h hostTree) { h.write(DefaultKubeletConfigPath, kubeletConfig("Everything")) },
+			name:        "unknown value",
+			opts:        func(root string) Options { return Options{Root: root} },
+			setup:       func(h hostTree) { h.write(DefaultKubeletConfigPath, kubeletConfig("Everything")) },
 			wantProblem: "Everything",
 		},
 		{
-			name:    "missing drop-in directory",
-			opts:    func(root string) Options { return Options{Root: root, KubeletConfigDir: "/etc/kubelet.conf.d"} },
+			name:        "missing drop-in directory",
+			opts:        func(root string) Options { return Options{Root: root, KubeletConfigDir: "/etc/kubelet.conf.d"} },
 			wantProblem: "/etc/kubelet.conf.d",
 		},
 	}
