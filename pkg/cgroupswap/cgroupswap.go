@@ -1,0 +1,208 @@
+// Package cgroupswap writes and reads a container's swap limit on cgroup v1
+// and v2 through github.com/containerd/cgroups/v3. It is the actuation layer:
+// it applies the numbers it is given and decides nothing.
+package cgroupswap
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// unlimitedV1 is the smallest value cgroup v1 reports for "no limit"
+// (the kernel shows 9223372036854771712, PAGE_COUNTER_MAX pages).
+const unlimitedV1 = int64(1) << 62
+
+// Target is one container's cgroup.
+type Target struct {
+	// Version is 1 or 2.
+	Version int
+	// Root is the cgroup mount root, normally /sys/fs/cgroup. On v1 the
+	// memory hierarchy is Root/memory.
+	Root string
+	// Group is the container's cgroup path within the hierarchy,
+	// starting with "/".
+	Group string
+	// Container names the container in error messages.
+	Container string
+}
+
+// Settings are the values to apply.
+type Settings struct {
+	// SwapLimit is the container's swap limit in bytes.
+	SwapLimit int64
+	// SwapHigh sets cgroup v2 memory.swap.high.
+	SwapHigh *int64
+	// Zswap sets cgroup v2 memory.zswap.max to max (true) or 0 (false).
+	Zswap *bool
+	// Swappiness sets cgroup v1 memory.swappiness.
+	Swappiness *uint64
+}
+
+// Apply writes s into the target's cgroup.
+func Apply(t Target, s Settings) error {
+	if s.SwapLimit < 0 {
+		return fmt.Errorf("container %s: negative swap limit %d", t.Container, s.SwapLimit)
+	}
+	if !strings.HasPrefix(t.Group, "/") || strings.Contains(t.Group, "..") {
+		return fmt.Errorf("container %s: cgroup path %q is not an absolute path within the hierarchy", t.Container, t.Group)
+	}
+	switch t.Version {
+	case 1:
+		return applyV1(t, s)
+	case 2:
+		return applyV2(t, s)
+	}
+	return fmt.Errorf("container %s: unknown cgroup version %d", t.Container, t.Version)
+}
+
+func applyV1(t Target, s Settings) error {
+	if s.SwapHigh != nil || s.Zswap != nil {
+		return fmt.Errorf("container %s: memory.swap.high and memory.zswap.max exist only on cgroup v2", t.Container)
+	}
+	mem := cgroup1.NewMemory(t.Root)
+	dir := mem.Path(t.Group)
+	memswFile := filepath.Join(dir, "memory.memsw.limit_in_bytes")
+	if _, err := os.Stat(memswFile); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("container %s: %s does not exist: swap accounting is off (boot the kernel with swapaccount=1)", t.Container, memswFile)
+		}
+		return fmt.Errorf("container %s: %w", t.Container, err)
+	}
+	limit, err := readInt(filepath.Join(dir, "memory.limit_in_bytes"))
+	if err != nil {
+		return fmt.Errorf("container %s: %w", t.Container, err)
+	}
+	if limit >= unlimitedV1 {
+		return fmt.Errorf("container %s has no memory limit: on cgroup v1 swap can only be bounded together with memory; set resources.limits.memory", t.Container)
+	}
+	if s.SwapLimit > math.MaxInt64-limit {
+		return fmt.Errorf("container %s: memory limit %d plus swap limit %d overflows", t.Container, limit, s.SwapLimit)
+	}
+	memsw := limit + s.SwapLimit
+	// memsw may only be raised above, or lowered to, the memory limit; the
+	// memory limit is not touched, so memsw ≥ limit always holds.
+	err = mem.Update(t.Group, &specs.LinuxResources{Memory: &specs.LinuxMemory{Swap: &memsw, Swappiness: s.Swappiness}})
+	if err != nil {
+		return fmt.Errorf("container %s: set %s to %d (memory limit %d + swap %d): %w", t.Container, memswFile, memsw, limit, s.SwapLimit, err)
+	}
+	return nil
+}
+
+func applyV2(t Target, s Settings) error {
+	if s.Swappiness != nil {
+		return fmt.Errorf("container %s: cgroup v2 has no per-cgroup swappiness", t.Container)
+	}
+	dir := filepath.Join(t.Root, t.Group)
+	swapMax := filepath.Join(dir, "memory.swap.max")
+	if _, err := os.Stat(swapMax); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("container %s: cgroup %s has no memory.swap.max: the kernel lacks swap accounting or the memory controller is off", t.Container, dir)
+		}
+		return fmt.Errorf("container %s: %w", t.Container, err)
+	}
+	m, err := cgroup2.Load(t.Group, cgroup2.WithMountpoint(t.Root))
+	if err != nil {
+		return fmt.Errorf("container %s: load cgroup %s: %w", t.Container, dir, err)
+	}
+	limit := s.SwapLimit
+	if err := m.Update(&cgroup2.Resources{Memory: &cgroup2.Memory{Swap: &limit}}); err != nil {
+		return fmt.Errorf("container %s: set %s to %d: %w", t.Container, swapMax, limit, err)
+	}
+	// The library has no memory.swap.high or memory.zswap.max.
+	if s.SwapHigh != nil {
+		if err := writeFile(filepath.Join(dir, "memory.swap.high"), strconv.FormatInt(*s.SwapHigh, 10)); err != nil {
+			return fmt.Errorf("container %s: %w", t.Container, err)
+		}
+	}
+	if s.Zswap != nil {
+		value := "0"
+		if *s.Zswap {
+			value = "max"
+		}
+		if err := writeFile(filepath.Join(dir, "memory.zswap.max"), value); err != nil {
+			return fmt.Errorf("container %s: %w (zswap control needs Linux 5.19 or later)", t.Container, err)
+		}
+	}
+	return nil
+}
+
+// ReadLimit returns the swap limit of a cgroup: v2 memory.swap.max ("max"
+// is -1); v1 memory.memsw.limit_in_bytes − memory.limit_in_bytes.
+func ReadLimit(version int, root, group string) (int64, error) {
+	switch version {
+	case 1:
+		dir := filepath.Join(root, "memory", group)
+		memsw, err := readInt(filepath.Join(dir, "memory.memsw.limit_in_bytes"))
+		if err != nil {
+			return 0, err
+		}
+		limit, err := readInt(filepath.Join(dir, "memory.limit_in_bytes"))
+		if err != nil {
+			return 0, err
+		}
+		return memsw - limit, nil
+	case 2:
+		return readInt(filepath.Join(root, group, "memory.swap.max"))
+	}
+	return 0, fmt.Errorf("unknown cgroup version %d", version)
+}
+
+// ReadUsage returns the swap a cgroup uses: v2 memory.swap.current; v1
+// memory.memsw.usage_in_bytes − memory.usage_in_bytes.
+func ReadUsage(version int, root, group string) (int64, error) {
+	switch version {
+	case 1:
+		dir := filepath.Join(root, "memory", group)
+		memsw, err := readInt(filepath.Join(dir, "memory.memsw.usage_in_bytes"))
+		if err != nil {
+			return 0, err
+		}
+		usage, err := readInt(filepath.Join(dir, "memory.usage_in_bytes"))
+		if err != nil {
+			return 0, err
+		}
+		return memsw - usage, nil
+	case 2:
+		return readInt(filepath.Join(root, group, "memory.swap.current"))
+	}
+	return 0, fmt.Errorf("unknown cgroup version %d", version)
+}
+
+// readInt reads a cgroup file holding one integer or "max" (-1).
+func readInt(path string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(data))
+	if s == "max" {
+		return -1, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a number", path, s)
+	}
+	return v, nil
+}
+
+func writeFile(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(value); err != nil {
+		f.Close()
+		return fmt.Errorf("write %q to %s: %w", value, path, err)
+	}
+	return f.Close()
+}

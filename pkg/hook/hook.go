@@ -1,0 +1,210 @@
+// Package hook is the OCI hook that applies a claim's swap limit to a
+// container: it reads the OCI state from stdin, finds the container's
+// cgroup, records the claim's share for that container and writes the sum
+// of the container's shares with pkg/cgroupswap. Every argument and every
+// value taken from the state is validated before it reaches a path.
+package hook
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+const (
+	// MaxStateBytes bounds what is read from stdin.
+	MaxStateBytes = 1 << 20
+	maxSwapBytes  = int64(1) << 62
+)
+
+var (
+	uidPattern         = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+)
+
+// Config says where the hook finds the host's files.
+type Config struct {
+	ProcRoot   string
+	CgroupRoot string
+	StateDir   string
+}
+
+// Request is one hook invocation.
+type Request struct {
+	Cleanup  bool
+	ClaimUID string
+	Share    Share
+}
+
+// Share is what one claim contributes to a container.
+type Share struct {
+	SwapLimit  int64   `json:"swapLimit"`
+	SwapHigh   *int64  `json:"swapHigh,omitempty"`
+	Zswap      *bool   `json:"zswap,omitempty"`
+	Swappiness *uint64 `json:"swappiness,omitempty"`
+}
+
+// ParseArgs parses the hook's arguments (without the program name).
+func ParseArgs(args []string) (Config, Request, error) {
+	cfg := Config{}
+	var req Request
+	var limit, high, swappiness, zswap string
+	fs := flag.NewFlagSet("dra-swap-hook", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&limit, "swap-limit", "", "swap limit in bytes")
+	fs.StringVar(&req.ClaimUID, "claim-uid", "", "UID of the claim")
+	fs.StringVar(&high, "swap-high", "", "cgroup v2 memory.swap.high in bytes")
+	fs.StringVar(&zswap, "zswap", "", "on or off")
+	fs.StringVar(&swappiness, "swappiness", "", "cgroup v1 memory.swappiness")
+	fs.BoolVar(&req.Cleanup, "cleanup", false, "remove the container's state (poststop)")
+	fs.StringVar(&cfg.StateDir, "state-dir", "/run/dra-swap/hook", "directory of per-container state")
+	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs mount")
+	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount root")
+	if err := fs.Parse(args); err != nil {
+		return cfg, req, fmt.Errorf("arguments: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, req, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if !uidPattern.MatchString(req.ClaimUID) {
+		return cfg, req, fmt.Errorf("--claim-uid %q is not a Kubernetes UID", req.ClaimUID)
+	}
+	for name, p := range map[string]string{"--state-dir": cfg.StateDir, "--proc-root": cfg.ProcRoot, "--cgroup-root": cfg.CgroupRoot} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return cfg, req, fmt.Errorf("%s %q must be a clean absolute path", name, p)
+		}
+	}
+	if req.Cleanup {
+		if limit != "" || high != "" || zswap != "" || swappiness != "" {
+			return cfg, req, errors.New("--cleanup takes no limits")
+		}
+		return cfg, req, nil
+	}
+	var err error
+	if req.Share.SwapLimit, err = parseNumber("--swap-limit", limit, maxSwapBytes); err != nil {
+		return cfg, req, err
+	}
+	if high != "" {
+		v, err := parseNumber("--swap-high", high, req.Share.SwapLimit)
+		if err != nil {
+			return cfg, req, err
+		}
+		req.Share.SwapHigh = &v
+	}
+	switch zswap {
+	case "":
+	case "on", "off":
+		v := zswap == "on"
+		req.Share.Zswap = &v
+	default:
+		return cfg, req, fmt.Errorf("--zswap %q must be on or off", zswap)
+	}
+	if swappiness != "" {
+		v, err := parseNumber("--swappiness", swappiness, 100)
+		if err != nil {
+			return cfg, req, err
+		}
+		u := uint64(v)
+		req.Share.Swappiness = &u
+	}
+	return cfg, req, nil
+}
+
+func parseNumber(flag, s string, max int64) (int64, error) {
+	if s == "" {
+		return 0, fmt.Errorf("%s is required", flag)
+	}
+	v, err := strconv.ParseUint(s, 10, 63)
+	if err != nil || int64(v) > max {
+		return 0, fmt.Errorf("%s %q must be a whole number from 0 to %d", flag, s, max)
+	}
+	return int64(v), nil
+}
+
+// ParseState decodes and validates the OCI state that the runtime writes
+// to the hook's stdin.
+func ParseState(r io.Reader) (*specs.State, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxStateBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read OCI state from stdin: %w", err)
+	}
+	if len(data) > MaxStateBytes {
+		return nil, fmt.Errorf("OCI state on stdin exceeds %d bytes", MaxStateBytes)
+	}
+	var state specs.State
+	if err := json.Unmarshal(data, &state); err != nil {
+		return nil, fmt.Errorf("decode OCI state from stdin: %w", err)
+	}
+	if !containerIDPattern.MatchString(state.ID) {
+		return nil, fmt.Errorf("OCI state: container id %q is not a valid container ID", state.ID)
+	}
+	return &state, nil
+}
+
+// ContainerName names the container for messages: namespace/pod/container
+// from the CRI annotations (containerd or CRI-O), else its ID.
+func ContainerName(state *specs.State) string {
+	a := state.Annotations
+	for _, keys := range [][3]string{
+		{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name", "io.kubernetes.cri.container-name"},
+		{"io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name"},
+	} {
+		if a[keys[2]] != "" {
+			return a[keys[0]] + "/" + a[keys[1]] + "/" + a[keys[2]]
+		}
+	}
+	return state.ID
+}
+
+// ParseProcCgroup reads /proc/<pid>/cgroup and returns the cgroup version
+// that holds the memory controller and the container's path in it.
+func ParseProcCgroup(r io.Reader) (int, string, error) {
+	s := bufio.NewScanner(io.LimitReader(r, MaxStateBytes))
+	unified := ""
+	for s.Scan() {
+		parts := strings.SplitN(s.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			unified = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "memory" {
+				group, err := checkGroup(parts[2])
+				if err != nil {
+					return 0, "", err
+				}
+				return 1, group, nil
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		return 0, "", err
+	}
+	if unified != "" {
+		group, err := checkGroup(unified)
+		if err != nil {
+			return 0, "", err
+		}
+		return 2, group, nil
+	}
+	return 0, "", errors.New("no memory controller and no cgroup v2 entry")
+}
+
+func checkGroup(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") || strings.Contains(p, "..") || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("cgroup path %q is not an absolute path within the hierarchy", p)
+	}
+	return filepath.Clean(p), nil
+}

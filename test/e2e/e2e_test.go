@@ -1,0 +1,411 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
+)
+
+// Timeouts for a real but small node.
+const (
+	podTimeout     = 3 * time.Minute
+	pendingTimeout = 30 * time.Second
+)
+
+// TestSwapClaimPreventsOOM is KEP-5359's core story: with a 128Mi memory
+// limit, a container that allocates 200MiB completes with a 300Mi swap
+// claim and is OOM-killed without one.
+func TestSwapClaimPreventsOOM(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-300", "", 300*mi)
+
+	with := c.createPod(t, workloadPod(ns, "with-claim", map[string]string{"swap": "swap-300"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 200, memLimit: "128Mi"}))
+	without := c.createPod(t, workloadPod(ns, "without-claim", nil,
+		ctr{name: "worker", allocMiB: 200, memLimit: "128Mi"}))
+
+	with = c.waitPod(t, ns, with.Name, "completion", podTimeout, finished)
+	if with.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod with a swap claim: phase %s, reason %s", with.Status.Phase, terminatedReason(with, "worker"))
+	}
+	r := c.report(t, with, "worker", "RESULT")
+	assertSwapLimit(t, r, 300*mi)
+	if r.SwapUsageBytes <= 0 {
+		t.Errorf("the container used no swap (usage %d) although 200MiB exceeded its 128Mi memory limit", r.SwapUsageBytes)
+	}
+	t.Logf("with claim: swap limit %d, swap used %d", r.SwapLimitBytes, r.SwapUsageBytes)
+
+	without = c.waitPod(t, ns, without.Name, "completion", podTimeout, finished)
+	if reason := terminatedReason(without, "worker"); without.Status.Phase != corev1.PodFailed || reason != "OOMKilled" {
+		t.Fatalf("pod without a claim: phase %s, reason %q; want Failed, OOMKilled", without.Status.Phase, reason)
+	}
+}
+
+// assertSwapLimit checks the limit the container saw in its own cgroup
+// (v1: memsw − memory limit; v2: memory.swap.max) and its environment.
+func assertSwapLimit(t *testing.T, r result, want int64) {
+	t.Helper()
+	if r.SwapLimitBytes != want {
+		t.Errorf("cgroup swap limit %d (cgroup v%d), want %d", r.SwapLimitBytes, r.CgroupVersion, want)
+	}
+	if r.EnvSwapLimit != strconv.FormatInt(want, 10) {
+		t.Errorf("DRA_SWAP_LIMIT_BYTES=%q, want %d", r.EnvSwapLimit, want)
+	}
+}
+
+// TestQoSClasses gives swap to a Guaranteed pod, which the kubelet never
+// swaps on its own, and checks what a container without a memory limit gets.
+func TestQoSClasses(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-300", "", 300*mi)
+
+	guaranteed := c.createPod(t, workloadPod(ns, "guaranteed", map[string]string{"swap": "swap-300"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 200, memLimit: "128Mi", cpu: "100m"}))
+	guaranteed = c.waitPod(t, ns, guaranteed.Name, "completion", podTimeout, finished)
+	if guaranteed.Status.QOSClass != corev1.PodQOSGuaranteed {
+		t.Fatalf("QoS class %s, want Guaranteed", guaranteed.Status.QOSClass)
+	}
+	if guaranteed.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("Guaranteed pod: phase %s, reason %s", guaranteed.Status.Phase, terminatedReason(guaranteed, "worker"))
+	}
+	assertSwapLimit(t, c.report(t, guaranteed, "worker", "RESULT"), 300*mi)
+
+	// BestEffort: no memory limit at all.
+	bestEffort := c.createPod(t, workloadPod(ns, "best-effort", map[string]string{"swap": "swap-300"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 16}))
+	if c.cgroupVersion(t) == 2 {
+		bestEffort = c.waitPod(t, ns, bestEffort.Name, "completion", podTimeout, finished)
+		if bestEffort.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("BestEffort pod: phase %s", bestEffort.Status.Phase)
+		}
+		assertSwapLimit(t, c.report(t, bestEffort, "worker", "RESULT"), 300*mi)
+		return
+	}
+	// cgroup v1 bounds memory and swap together: without a memory limit
+	// the hook must refuse, visibly, naming the container.
+	bestEffort = c.waitPod(t, ns, bestEffort.Name, "a start failure", podTimeout, func(p *corev1.Pod) bool {
+		for _, s := range p.Status.ContainerStatuses {
+			if s.State.Terminated != nil || (s.State.Waiting != nil && s.State.Waiting.Reason != "ContainerCreating") {
+				return true
+			}
+		}
+		return false
+	})
+	msg := c.podMessages(t, bestEffort)
+	if !strings.Contains(msg, "has no memory limit") || !strings.Contains(msg, "best-effort") {
+		t.Errorf("BestEffort pod on cgroup v1: want a failure naming the container and the missing memory limit, got:\n%s", msg)
+	}
+}
+
+// podMessages collects the pod's container state messages and events.
+func (c *cluster) podMessages(t *testing.T, p *corev1.Pod) string {
+	t.Helper()
+	var b strings.Builder
+	for _, s := range p.Status.ContainerStatuses {
+		b.WriteString(containerState(s) + "\n")
+	}
+	events, err := c.client.CoreV1().Events(p.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		b.WriteString(e.Reason + ": " + e.Message + "\n")
+	}
+	return b.String()
+}
+
+func (c *cluster) cgroupVersion(t *testing.T) int {
+	t.Helper()
+	dev := c.swapDevice(t)
+	if dev == nil || dev.Attributes["cgroupVersion"].IntValue == nil {
+		t.Fatal("the node publishes no swap device with a cgroupVersion")
+	}
+	return int(*dev.Attributes["cgroupVersion"].IntValue)
+}
+
+// TestContainerLimits checks that each container gets exactly the claims
+// it references: different claims, none, and two claims adding up.
+func TestContainerLimits(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-100", "", 100*mi)
+	c.swapTemplate(t, ns, "swap-200", "", 200*mi)
+
+	p := c.createPod(t, workloadPod(ns, "three", map[string]string{"x": "swap-100", "y": "swap-200"},
+		ctr{name: "a", claims: []string{"x"}, allocMiB: 1, memLimit: "64Mi"},
+		ctr{name: "b", claims: []string{"y"}, allocMiB: 1, memLimit: "64Mi"},
+		ctr{name: "c", allocMiB: 1, memLimit: "64Mi"}))
+	sum := c.createPod(t, workloadPod(ns, "sum", map[string]string{"x": "swap-100", "y": "swap-200"},
+		ctr{name: "both", claims: []string{"x", "y"}, allocMiB: 1, memLimit: "64Mi"}))
+
+	p = c.waitPod(t, ns, p.Name, "completion", podTimeout, finished)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("phase %s", p.Status.Phase)
+	}
+	assertSwapLimit(t, c.report(t, p, "a", "START"), 100*mi)
+	assertSwapLimit(t, c.report(t, p, "b", "START"), 200*mi)
+	noClaim := c.report(t, p, "c", "START")
+	if noClaim.SwapLimitBytes != 0 || noClaim.EnvSwapLimit != "" {
+		t.Errorf("container without a claim: swap limit %d, DRA_SWAP_LIMIT_BYTES=%q; want 0 and unset (kubelet NoSwap)", noClaim.SwapLimitBytes, noClaim.EnvSwapLimit)
+	}
+
+	sum = c.waitPod(t, ns, sum.Name, "completion", podTimeout, finished)
+	if sum.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("phase %s", sum.Status.Phase)
+	}
+	assertSwapLimit(t, c.report(t, sum, "both", "START"), 300*mi)
+}
+
+// TestSchedulingByCapacity: the scheduler places swap by the node's offer.
+func TestSchedulingByCapacity(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	offer := c.offer(t)
+
+	// One pod asking more than the node offers stays Pending with the
+	// scheduler's reason, until more swap appears on the node.
+	c.swapTemplate(t, ns, "too-much", "", offer+256*mi)
+	big := c.createPod(t, workloadPod(ns, "too-much", map[string]string{"swap": "too-much"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+	c.assertUnschedulable(t, big, "cannot allocate all claims")
+
+	c.script(t, "swap.sh", "add", "e2e-extra", "512")
+	t.Cleanup(func() {
+		c.deleteNamespace(t, ns)
+		c.waitNoPods(t, ns)
+		c.script(t, "swap.sh", "remove", "e2e-extra")
+	})
+	c.waitOffer(t, "grow by 512Mi", func(o int64) bool { return o >= offer+512*mi })
+	big = c.waitPod(t, ns, big.Name, "completion after swap was added", podTimeout, finished)
+	if big.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("phase %s", big.Status.Phase)
+	}
+	assertSwapLimit(t, c.report(t, big, "worker", "START"), offer+256*mi)
+
+	// Two pods whose claims together exceed the offer cannot both run.
+	now := c.offer(t)
+	share := (now * 6 / 10) / mi * mi
+	c.swapTemplate(t, ns, "sixty-percent", "", share)
+	first := c.createPod(t, workloadPod(ns, "first", map[string]string{"swap": "sixty-percent"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi", hold: 600}))
+	c.waitPod(t, ns, first.Name, "running", podTimeout, running)
+	second := c.createPod(t, workloadPod(ns, "second", map[string]string{"swap": "sixty-percent"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+	c.assertUnschedulable(t, second, "cannot allocate all claims")
+}
+
+// assertUnschedulable waits for the scheduler to give up on the pod with a
+// reason containing want, and checks that it stays unbound.
+func (c *cluster) assertUnschedulable(t *testing.T, p *corev1.Pod, want string) {
+	t.Helper()
+	p = c.waitPod(t, p.Namespace, p.Name, "the scheduler's verdict", pendingTimeout, func(p *corev1.Pod) bool {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+				return true
+			}
+		}
+		return false
+	})
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && !strings.Contains(cond.Message, want) {
+			t.Errorf("unschedulable for %q, want a reason containing %q", cond.Message, want)
+		}
+	}
+	if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
+		t.Errorf("pod %s is on node %q in phase %s, want it Pending and unbound", p.Name, p.Spec.NodeName, p.Status.Phase)
+	}
+}
+
+func (c *cluster) waitNoPods(t *testing.T, ns string) {
+	_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0, nil
+	})
+}
+
+// TestDeviceClassSelectors: CEL selectors over the published attributes.
+func TestDeviceClassSelectors(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	dev := c.swapDevice(t)
+	str := func(name resourceapi.QualifiedName) string {
+		if a := dev.Attributes[name]; a.StringValue != nil {
+			return *a.StringValue
+		}
+		t.Fatalf("attribute %s is not published", name)
+		return ""
+	}
+	medium, behavior, zone := str("medium"), str("swapBehavior"), str("topology.kubernetes.io/zone")
+	other := "hdd"
+	if medium == "hdd" {
+		other = "ssd"
+	}
+	wrong := c.deviceClass(t, ns+"-wrong", fmt.Sprintf(`device.driver == "dra.swap" && device.attributes["dra.swap"].medium == %q`, other))
+	right := c.deviceClass(t, ns+"-right", fmt.Sprintf(`device.driver == "dra.swap" && device.attributes["dra.swap"].medium == %q && `+
+		`device.attributes["dra.swap"].cgroupVersion == %d && device.attributes["dra.swap"].swapBehavior == %q && `+
+		`device.attributes["topology.kubernetes.io"].zone == %q && device.attributes["dra.swap"].kernelVersion.isGreaterThan(semver("4.0.0"))`,
+		medium, c.cgroupVersion(t), behavior, zone))
+
+	c.swapTemplate(t, ns, "wrong", wrong, 64*mi)
+	c.swapTemplate(t, ns, "right", right, 64*mi)
+	nowhere := c.createPod(t, workloadPod(ns, "wrong-medium", map[string]string{"swap": "wrong"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+	c.assertUnschedulable(t, nowhere, "cannot allocate all claims")
+
+	ok := c.createPod(t, workloadPod(ns, "right-attributes", map[string]string{"swap": "right"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+	ok = c.waitPod(t, ns, ok.Name, "completion", podTimeout, finished)
+	if ok.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("phase %s", ok.Status.Phase)
+	}
+	assertSwapLimit(t, c.report(t, ok, "worker", "START"), 64*mi)
+}
+
+func (c *cluster) deviceClass(t *testing.T, name, expr string) string {
+	t.Helper()
+	class := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}},
+	}
+	if _, err := c.client.ResourceV1().DeviceClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.client.ResourceV1().DeviceClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// TestUnprepareCleansUp: deleting the pods unprepares their claims.
+func TestUnprepareCleansUp(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
+	p := c.createPod(t, workloadPod(ns, "short", map[string]string{"swap": "swap-64"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+	p = c.waitPod(t, ns, p.Name, "completion", podTimeout, finished)
+	uid := c.claimUID(t, p)
+	if !c.specExists(uid) || !c.checkpointHas(t, uid) {
+		t.Fatalf("claim %s: spec exists %v, checkpointed %v while its pod exists", uid, c.specExists(uid), c.checkpointHas(t, uid))
+	}
+	if err := c.client.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return !c.specExists(uid) && !c.checkpointHas(t, uid), nil
+	})
+	if err != nil {
+		t.Fatalf("claim %s after its pod was deleted: spec exists %v, checkpointed %v", uid, c.specExists(uid), c.checkpointHas(t, uid))
+	}
+}
+
+func (c *cluster) claimUID(t *testing.T, p *corev1.Pod) string {
+	t.Helper()
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName == nil {
+			continue
+		}
+		claim, err := c.client.ResourceV1().ResourceClaims(p.Namespace).Get(context.Background(), *s.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(claim.UID)
+	}
+	t.Fatalf("pod %s has no resource claim", p.Name)
+	return ""
+}
+
+func (c *cluster) specExists(uid string) bool {
+	_, err := os.Stat(filepath.Join(c.dir, "cdi", "dra.swap-swap_"+uid+".json"))
+	return err == nil
+}
+
+func (c *cluster) checkpointHas(t *testing.T, uid string) bool {
+	data, err := os.ReadFile(filepath.Join(c.dir, "kubelet", "plugins", "dra.swap", "checkpoint.json"))
+	if err != nil {
+		t.Fatalf("read checkpoint: %v", err)
+	}
+	return strings.Contains(string(data), `"`+uid+`"`)
+}
+
+// TestPluginRestart: restarting the kubelet plugin changes nothing for
+// running pods, and new pods still get swap.
+func TestPluginRestart(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-128", "", 128*mi)
+	long := c.createPod(t, workloadPod(ns, "long", map[string]string{"swap": "swap-128"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi", hold: 600}))
+	long = c.waitPod(t, ns, long.Name, "running", podTimeout, running)
+	before := c.hostSwapLimit(t, long, "worker")
+	if before != 128*mi {
+		t.Fatalf("host cgroup swap limit %d, want %d", before, 128*mi)
+	}
+
+	c.script(t, "driver.sh", "restart")
+
+	after := c.waitPod(t, ns, long.Name, "still running", podTimeout, running)
+	if after.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("container restarted")
+	}
+	if got := c.hostSwapLimit(t, after, "worker"); got != before {
+		t.Errorf("host cgroup swap limit changed from %d to %d across a plugin restart", before, got)
+	}
+	fresh := c.createPod(t, workloadPod(ns, "after-restart", map[string]string{"swap": "swap-128"},
+		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+	fresh = c.waitPod(t, ns, fresh.Name, "completion", podTimeout, finished)
+	if fresh.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("phase %s", fresh.Status.Phase)
+	}
+	assertSwapLimit(t, c.report(t, fresh, "worker", "START"), 128*mi)
+}
+
+// hostSwapLimit reads a running container's swap limit from the node's
+// cgroup tree, as the hook wrote it.
+func (c *cluster) hostSwapLimit(t *testing.T, p *corev1.Pod, container string) int64 {
+	t.Helper()
+	var id string
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == container {
+			_, id, _ = strings.Cut(s.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		t.Fatalf("container %s has no ID", container)
+	}
+	version := c.cgroupVersion(t)
+	root, pattern := "/sys/fs/cgroup", "/sys/fs/cgroup/kubepods*/**/pod"+string(p.UID)+"/"+id
+	if version == 1 {
+		root, pattern = "/sys/fs/cgroup", "/sys/fs/cgroup/memory/kubepods*/*/pod"+string(p.UID)+"/"+id
+	}
+	matches, _ := filepath.Glob(pattern)
+	if len(matches) == 0 && version == 1 {
+		matches, _ = filepath.Glob("/sys/fs/cgroup/memory/kubepods*/pod" + string(p.UID) + "/" + id)
+	}
+	if len(matches) != 1 {
+		t.Fatalf("container %s cgroup: %d matches for %s", container, len(matches), pattern)
+	}
+	group := strings.TrimPrefix(matches[0], root)
+	if version == 1 {
+		group = strings.TrimPrefix(group, "/memory")
+	}
+	limit, err := cgroupswap.ReadLimit(version, root, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return limit
+}
