@@ -239,11 +239,10 @@ func (m *Manager) apply(ctx context.Context, plan *claimPlan, batch map[types.Na
 	devices := make([]kubeletplugin.Device, 0, len(plan.results))
 	saved := make([]checkpoint.PreparedDevice, 0, len(plan.results))
 	for _, r := range plan.results {
-		devices = append(devices, kubeletplugin.Device{
-			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID, CDIDeviceIDs: []string{id},
-		})
+		d := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID, CDIDeviceIDs: []string{id}}
+		devices = append(devices, d)
 		saved = append(saved, checkpoint.PreparedDevice{
-			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID, CDIDeviceIDs: []string{id},
+			Requests: d.Requests, PoolName: d.PoolName, DeviceName: d.DeviceName, ShareID: d.ShareID, CDIDeviceIDs: d.CDIDeviceIDs,
 		})
 	}
 	next := m.withClaims(func(claims map[types.UID]checkpoint.ClaimInfo) {

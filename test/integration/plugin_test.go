@@ -76,6 +76,25 @@ func newHost(t *testing.T) hostTree {
 	return h
 }
 
+// runPlugin starts an API server with the node object, a fake host tree
+// and the kubelet plugin; the plugin stops, and must exit cleanly, when the
+// test ends.
+func runPlugin(t *testing.T) (context.Context, kubernetes.Interface, hostTree, plugin.Config) {
+	api := framework.StartAPIServer(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	createNode(t, ctx, api.Client)
+	h := newHost(t)
+	cfg, done := startPlugin(t, ctx, api.Client, h)
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("plugin: %v", err)
+		}
+	})
+	return ctx, api.Client, h, cfg
+}
+
 func startPlugin(t *testing.T, ctx context.Context, client kubernetes.Interface, h hostTree) (plugin.Config, <-chan error) {
 	dir := t.TempDir()
 	cfg := plugin.Config{
@@ -174,19 +193,7 @@ func attr(d *resourceapi.Device, name resourceapi.QualifiedName) string {
 // server and a fake host tree, and follows its ResourceSlice through swap
 // and configuration changes on the node.
 func TestPluginPublishesSwap(t *testing.T) {
-	api := framework.StartAPIServer(t)
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	client := api.Client
-	createNode(t, ctx, client)
-	h := newHost(t)
-	_, done := startPlugin(t, ctx, client, h)
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("plugin: %v", err)
-		}
-	})
+	ctx, client, h, _ := runPlugin(t)
 
 	dev := waitForSlice(t, ctx, client, "capacity is 2Gi", capacityIs(2*gi))
 	if dev.Name != "swap" || !ptr.Deref(dev.AllowMultipleAllocations, false) {
@@ -255,19 +262,7 @@ func TestPluginPublishesSwap(t *testing.T) {
 // TestPluginPreparesOverGRPC calls the plugin's kubelet DRA gRPC v1 service
 // the way the kubelet does, for a claim allocated in the API server.
 func TestPluginPreparesOverGRPC(t *testing.T) {
-	api := framework.StartAPIServer(t)
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	client := api.Client
-	createNode(t, ctx, client)
-	h := newHost(t)
-	cfg, done := startPlugin(t, ctx, client, h)
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("plugin: %v", err)
-		}
-	})
+	ctx, client, _, cfg := runPlugin(t)
 	waitForSlice(t, ctx, client, "the device is published", capacityIs(2*gi))
 
 	ns := "default"
