@@ -33,9 +33,9 @@ func TestSwapClaimPreventsOOM(t *testing.T) {
 	c.swapTemplate(t, ns, "swap-300", "", 300*mi)
 
 	with := c.createPod(t, workloadPod(ns, "with-claim", map[string]string{"swap": "swap-300"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 200, memLimit: "128Mi"}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 200, MemLimit: "128Mi"}))
 	without := c.createPod(t, workloadPod(ns, "without-claim", nil,
-		ctr{name: "worker", allocMiB: 200, memLimit: "128Mi"}))
+		ctr{Name: "worker", AllocMiB: 200, MemLimit: "128Mi"}))
 
 	with = c.waitPod(t, ns, with.Name, "completion", podTimeout, finished)
 	if with.Status.Phase != corev1.PodSucceeded {
@@ -74,7 +74,7 @@ func TestQoSClasses(t *testing.T) {
 	c.swapTemplate(t, ns, "swap-300", "", 300*mi)
 
 	guaranteed := c.createPod(t, workloadPod(ns, "guaranteed", map[string]string{"swap": "swap-300"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 200, memLimit: "128Mi", cpu: "100m"}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 200, MemLimit: "128Mi", CPU: "100m"}))
 	guaranteed = c.waitPod(t, ns, guaranteed.Name, "completion", podTimeout, finished)
 	if guaranteed.Status.QOSClass != corev1.PodQOSGuaranteed {
 		t.Fatalf("QoS class %s, want Guaranteed", guaranteed.Status.QOSClass)
@@ -86,7 +86,7 @@ func TestQoSClasses(t *testing.T) {
 
 	// BestEffort: no memory limit at all.
 	bestEffort := c.createPod(t, workloadPod(ns, "best-effort", map[string]string{"swap": "swap-300"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 16}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 16}))
 	if c.cgroupVersion(t) == 2 {
 		bestEffort = c.waitPod(t, ns, bestEffort.Name, "completion", podTimeout, finished)
 		if bestEffort.Status.Phase != corev1.PodSucceeded {
@@ -112,7 +112,7 @@ func TestQoSClasses(t *testing.T) {
 }
 
 // podMessages collects the pod's container state messages and events.
-func (c *cluster) podMessages(t *testing.T, p *corev1.Pod) string {
+func (c *env) podMessages(t *testing.T, p *corev1.Pod) string {
 	t.Helper()
 	var b strings.Builder
 	for _, s := range p.Status.ContainerStatuses {
@@ -128,7 +128,7 @@ func (c *cluster) podMessages(t *testing.T, p *corev1.Pod) string {
 	return b.String()
 }
 
-func (c *cluster) cgroupVersion(t *testing.T) int {
+func (c *env) cgroupVersion(t *testing.T) int {
 	t.Helper()
 	dev := c.swapDevice(t)
 	if dev == nil || dev.Attributes["cgroupVersion"].IntValue == nil {
@@ -146,11 +146,11 @@ func TestContainerLimits(t *testing.T) {
 	c.swapTemplate(t, ns, "swap-200", "", 200*mi)
 
 	p := c.createPod(t, workloadPod(ns, "three", map[string]string{"x": "swap-100", "y": "swap-200"},
-		ctr{name: "a", claims: []string{"x"}, allocMiB: 1, memLimit: "64Mi"},
-		ctr{name: "b", claims: []string{"y"}, allocMiB: 1, memLimit: "64Mi"},
-		ctr{name: "c", allocMiB: 1, memLimit: "64Mi"}))
+		ctr{Name: "a", Claims: []string{"x"}, AllocMiB: 1, MemLimit: "64Mi"},
+		ctr{Name: "b", Claims: []string{"y"}, AllocMiB: 1, MemLimit: "64Mi"},
+		ctr{Name: "c", AllocMiB: 1, MemLimit: "64Mi"}))
 	sum := c.createPod(t, workloadPod(ns, "sum", map[string]string{"x": "swap-100", "y": "swap-200"},
-		ctr{name: "both", claims: []string{"x", "y"}, allocMiB: 1, memLimit: "64Mi"}))
+		ctr{Name: "both", Claims: []string{"x", "y"}, AllocMiB: 1, MemLimit: "64Mi"}))
 
 	p = c.waitPod(t, ns, p.Name, "completion", podTimeout, finished)
 	if p.Status.Phase != corev1.PodSucceeded {
@@ -180,7 +180,7 @@ func TestSchedulingByCapacity(t *testing.T) {
 	// scheduler's reason, until more swap appears on the node.
 	c.swapTemplate(t, ns, "too-much", "", offer+256*mi)
 	big := c.createPod(t, workloadPod(ns, "too-much", map[string]string{"swap": "too-much"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	c.assertUnschedulable(t, big, "cannot allocate all claims")
 
 	c.script(t, "swap.sh", "add", "e2e-extra", "512")
@@ -201,16 +201,16 @@ func TestSchedulingByCapacity(t *testing.T) {
 	share := (now * 6 / 10) / mi * mi
 	c.swapTemplate(t, ns, "sixty-percent", "", share)
 	first := c.createPod(t, workloadPod(ns, "first", map[string]string{"swap": "sixty-percent"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi", hold: 600}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
 	c.waitPod(t, ns, first.Name, "running", podTimeout, running)
 	second := c.createPod(t, workloadPod(ns, "second", map[string]string{"swap": "sixty-percent"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	c.assertUnschedulable(t, second, "cannot allocate all claims")
 }
 
 // assertUnschedulable waits for the scheduler to give up on the pod with a
 // reason containing want, and checks that it stays unbound.
-func (c *cluster) assertUnschedulable(t *testing.T, p *corev1.Pod, want string) {
+func (c *env) assertUnschedulable(t *testing.T, p *corev1.Pod, want string) {
 	t.Helper()
 	p = c.waitPod(t, p.Namespace, p.Name, "the scheduler's verdict", pendingTimeout, func(p *corev1.Pod) bool {
 		for _, cond := range p.Status.Conditions {
@@ -230,7 +230,7 @@ func (c *cluster) assertUnschedulable(t *testing.T, p *corev1.Pod, want string) 
 	}
 }
 
-func (c *cluster) waitNoPods(t *testing.T, ns string) {
+func (c *env) waitNoPods(t *testing.T, ns string) {
 	_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, nil
@@ -263,11 +263,11 @@ func TestDeviceClassSelectors(t *testing.T) {
 	c.swapTemplate(t, ns, "wrong", wrong, 64*mi)
 	c.swapTemplate(t, ns, "right", right, 64*mi)
 	nowhere := c.createPod(t, workloadPod(ns, "wrong-medium", map[string]string{"swap": "wrong"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	c.assertUnschedulable(t, nowhere, "cannot allocate all claims")
 
 	ok := c.createPod(t, workloadPod(ns, "right-attributes", map[string]string{"swap": "right"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	ok = c.waitPod(t, ns, ok.Name, "completion", podTimeout, finished)
 	if ok.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("phase %s", ok.Status.Phase)
@@ -275,7 +275,7 @@ func TestDeviceClassSelectors(t *testing.T) {
 	assertSwapLimit(t, c.report(t, ok, "worker", "START"), 64*mi)
 }
 
-func (c *cluster) deviceClass(t *testing.T, name, expr string) string {
+func (c *env) deviceClass(t *testing.T, name, expr string) string {
 	t.Helper()
 	class := &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -296,7 +296,7 @@ func TestUnprepareCleansUp(t *testing.T) {
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
 	p := c.createPod(t, workloadPod(ns, "short", map[string]string{"swap": "swap-64"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	p = c.waitPod(t, ns, p.Name, "completion", podTimeout, finished)
 	uid := c.claimUID(t, p)
 	if !c.specExists(uid) || !c.checkpointHas(t, uid) {
@@ -313,7 +313,7 @@ func TestUnprepareCleansUp(t *testing.T) {
 	}
 }
 
-func (c *cluster) claimUID(t *testing.T, p *corev1.Pod) string {
+func (c *env) claimUID(t *testing.T, p *corev1.Pod) string {
 	t.Helper()
 	for _, s := range p.Status.ResourceClaimStatuses {
 		if s.ResourceClaimName == nil {
@@ -329,12 +329,12 @@ func (c *cluster) claimUID(t *testing.T, p *corev1.Pod) string {
 	return ""
 }
 
-func (c *cluster) specExists(uid string) bool {
+func (c *env) specExists(uid string) bool {
 	_, err := os.Stat(filepath.Join(c.dir, "cdi", "dra.swap-swap_"+uid+".json"))
 	return err == nil
 }
 
-func (c *cluster) checkpointHas(t *testing.T, uid string) bool {
+func (c *env) checkpointHas(t *testing.T, uid string) bool {
 	data, err := os.ReadFile(filepath.Join(c.dir, "kubelet", "plugins", "dra.swap", "checkpoint.json"))
 	if err != nil {
 		t.Fatalf("read checkpoint: %v", err)
@@ -349,7 +349,7 @@ func TestPluginRestart(t *testing.T) {
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-128", "", 128*mi)
 	long := c.createPod(t, workloadPod(ns, "long", map[string]string{"swap": "swap-128"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi", hold: 600}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
 	long = c.waitPod(t, ns, long.Name, "running", podTimeout, running)
 	before := c.hostSwapLimit(t, long, "worker")
 	if before != 128*mi {
@@ -366,7 +366,7 @@ func TestPluginRestart(t *testing.T) {
 		t.Errorf("host cgroup swap limit changed from %d to %d across a plugin restart", before, got)
 	}
 	fresh := c.createPod(t, workloadPod(ns, "after-restart", map[string]string{"swap": "swap-128"},
-		ctr{name: "worker", claims: []string{"swap"}, allocMiB: 1, memLimit: "64Mi"}))
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	fresh = c.waitPod(t, ns, fresh.Name, "completion", podTimeout, finished)
 	if fresh.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("phase %s", fresh.Status.Phase)
@@ -376,7 +376,7 @@ func TestPluginRestart(t *testing.T) {
 
 // hostSwapLimit reads a running container's swap limit from the node's
 // cgroup tree, as the hook wrote it.
-func (c *cluster) hostSwapLimit(t *testing.T, p *corev1.Pod, container string) int64 {
+func (c *env) hostSwapLimit(t *testing.T, p *corev1.Pod, container string) int64 {
 	t.Helper()
 	var id string
 	for _, s := range p.Status.ContainerStatuses {

@@ -1,0 +1,209 @@
+// Package cluster reaches the local cluster that hack/cluster/up.sh brings
+// up: its client, the workload pods the e2e tests and the demo create, and
+// the reports those pods write to their logs on the node.
+package cluster
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+)
+
+// DefaultDir is where hack/cluster/up.sh keeps the cluster's state.
+const DefaultDir = "/var/lib/dra-swap-e2e"
+
+// WorkloadImage is built by test/e2e/images and imported into containerd.
+const WorkloadImage = "registry.local/swap-workload:v1"
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	Dir    string
+	Node   string
+	Client kubernetes.Interface
+	Env    map[string]string
+}
+
+// Load reads dir/env (dir defaults to $CLUSTER_DIR, then DefaultDir).
+func Load(dir string) (*Cluster, error) {
+	if dir == "" {
+		dir = os.Getenv("CLUSTER_DIR")
+	}
+	if dir == "" {
+		dir = DefaultDir
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		return nil, fmt.Errorf("no running cluster (%w): bring one up with hack/cluster/up.sh", err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimPrefix(strings.TrimSpace(line), "export ")
+		if k, v, ok := strings.Cut(line, "="); ok {
+			env[k] = strings.Trim(v, `"'`)
+		}
+	}
+	config, err := clientcmd.BuildConfigFromFlags("", env["KUBECONFIG"])
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %q: %w", env["KUBECONFIG"], err)
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{Dir: dir, Node: env["NODE_NAME"], Client: client, Env: env}, nil
+}
+
+// SwapTemplate is a ResourceClaimTemplate asking for bytes of swap from
+// class (dra.swap when empty).
+func SwapTemplate(ns, name, class string, bytes int64) *resourceapi.ResourceClaimTemplate {
+	if class == "" {
+		class = "dra.swap"
+	}
+	return &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "swap", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: class,
+				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+					"swap": *resource.NewQuantity(bytes, resource.BinarySI),
+				}},
+			}}},
+		}}},
+	}
+}
+
+// Container describes one workload container of a pod.
+type Container struct {
+	Name     string
+	Claims   []string // pod-level claim names
+	AllocMiB int
+	MemLimit string // "" for none
+	CPU      string // requests = limits when set (Guaranteed with MemLimit)
+	Hold     int    // seconds to stay alive after the allocation
+}
+
+// WorkloadPod builds a hostNetwork pod of workload containers; templates
+// maps pod-level claim names to ResourceClaimTemplates.
+func WorkloadPod(ns, name string, templates map[string]string, containers ...Container) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			HostNetwork:                   true,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+		},
+	}
+	for _, claim := range slices.Sorted(maps.Keys(templates)) {
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: claim, ResourceClaimTemplateName: ptr.To(templates[claim])})
+	}
+	for _, c := range containers {
+		k := corev1.Container{
+			Name:            c.Name,
+			Image:           WorkloadImage,
+			ImagePullPolicy: corev1.PullNever,
+			Env: []corev1.EnvVar{
+				{Name: "ALLOC_MIB", Value: strconv.Itoa(c.AllocMiB)},
+				{Name: "HOLD_SECONDS", Value: strconv.Itoa(c.Hold)},
+			},
+		}
+		if c.MemLimit != "" {
+			k.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(c.MemLimit)}
+			if c.CPU != "" {
+				k.Resources.Limits[corev1.ResourceCPU] = resource.MustParse(c.CPU)
+				k.Resources.Requests = k.Resources.Limits.DeepCopy()
+			}
+		}
+		for _, claim := range c.Claims {
+			k.Resources.Claims = append(k.Resources.Claims, corev1.ResourceClaim{Name: claim})
+		}
+		p.Spec.Containers = append(p.Spec.Containers, k)
+	}
+	return p
+}
+
+// Result is what the workload image reports on its START and RESULT lines.
+type Result struct {
+	AllocatedMiB     int    `json:"allocatedMiB"`
+	SwapLimitBytes   int64  `json:"swapLimitBytes"`
+	MemoryLimitBytes int64  `json:"memoryLimitBytes"`
+	SwapUsageBytes   int64  `json:"swapUsageBytes"`
+	EnvSwapLimit     string `json:"envSwapLimit"`
+	CgroupVersion    int    `json:"cgroupVersion"`
+}
+
+// Report reads a container's report line ("START" or "RESULT") from its
+// log file on the node, not through the API server's kubelet proxy. ok is
+// false while the line is not there yet.
+func (c *Cluster) Report(p *corev1.Pod, container, kind string) (r Result, ok bool, err error) {
+	line, ok := c.logLine(p, container, kind+" ")
+	if !ok {
+		return r, false, nil
+	}
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		return r, true, fmt.Errorf("pod %s container %s: %s line %q: %w", p.Name, container, kind, line, err)
+	}
+	return r, true, nil
+}
+
+func (c *Cluster) logLine(p *corev1.Pod, container, prefix string) (string, bool) {
+	for _, root := range []string{c.Env["POD_LOGS_DIR"], filepath.Join(c.Dir, "pod-logs"), "/var/log/pods"} {
+		if root == "" {
+			continue
+		}
+		dir := filepath.Join(root, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container)
+		files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		for _, f := range files {
+			if line, ok := findLine(f, prefix); ok {
+				return line, true
+			}
+		}
+	}
+	return "", false
+}
+
+// findLine scans a CRI log file ("<time> <stream> <tag> <message>").
+func findLine(path, prefix string) (string, bool) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer fh.Close()
+	s := bufio.NewScanner(fh)
+	s.Buffer(make([]byte, 64*1024), 1024*1024)
+	for s.Scan() {
+		parts := strings.SplitN(s.Text(), " ", 4)
+		if len(parts) == 4 && strings.HasPrefix(parts[3], prefix) {
+			return strings.TrimPrefix(parts[3], prefix), true
+		}
+	}
+	return "", false
+}
+
+// TerminatedReason is the container's termination reason, if any.
+func TerminatedReason(p *corev1.Pod, container string) string {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == container && s.State.Terminated != nil {
+			return s.State.Terminated.Reason
+		}
+	}
+	return ""
+}
+
+// Finished reports whether the pod ran to an end.
+func Finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
