@@ -10,7 +10,7 @@ BENCHTIME ?= 1s
 GO_PACKAGES := ./api/... ./pkg/... ./cmd/...
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook
 
-.PHONY: all build test unit integration verify fuzz bench k8s-binaries deps clean
+.PHONY: all build test unit integration e2e demo demo-down verify fuzz bench k8s-binaries deps clean
 
 all: build
 
@@ -18,7 +18,8 @@ build:
 	@mkdir -p $(OUT_DIR)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(OUT_DIR)/ $(addprefix ./cmd/,$(COMMANDS))
 
-## test: everything a change must pass: static checks, unit tests, integration tests.
+## test: everything a change must pass: static checks, unit tests,
+## integration tests, then end-to-end tests on a real cluster (E2E=skip skips them).
 test: verify unit integration
 
 verify:
@@ -37,6 +38,21 @@ k8s-binaries:
 ## integration: the kubelet plugin against a real kube-apiserver and etcd.
 integration: deps k8s-binaries
 	KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -count=1 -v ./test/integration/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+
+## e2e: a real single-node cluster (kubelet, containerd, runc, swap file) and the e2e suite.
+e2e:
+	@mkdir -p _output
+	hack/e2e.sh
+
+## demo: bring up the local cluster with the driver and show swap limits applied.
+demo:
+	hack/cluster/build.sh
+	hack/cluster/up.sh
+	$(GO) run ./test/e2e/demo
+	@echo; echo "The cluster keeps running: KUBECONFIG=$$(. $${CLUSTER_DIR:-/var/lib/dra-swap-e2e}/env; echo $$KUBECONFIG). Tear it down with: make demo-down"
+
+demo-down:
+	hack/cluster/down.sh
 
 ## fuzz: run each fuzz target for FUZZTIME.
 fuzz:

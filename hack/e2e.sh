@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the end-to-end tests on a real local cluster (hack/cluster) and
+# tears it down again, also when the tests fail.
+#   E2E=skip   skip, explicitly (for machines that are not root or cannot swapon)
+#   E2E_KEEP=1 keep the cluster running afterwards (tear down with make demo-down)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${E2E:-}" = skip ]; then
+	echo "e2e: SKIPPED because E2E=skip was set"
+	exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "e2e: the end-to-end tests run a kubelet, containerd and swapon and need root." >&2
+	echo "e2e: run as root, or set E2E=skip to skip them explicitly." >&2
+	exit 1
+fi
+if ! grep -q . /proc/swaps 2>/dev/null || ! command -v swapon >/dev/null; then
+	echo "e2e: this machine cannot enable swap (no /proc/swaps or swapon); set E2E=skip to skip explicitly." >&2
+	exit 1
+fi
+
+start=$SECONDS
+hack/cluster/build.sh
+echo "e2e: build took $((SECONDS - start)) s"
+if [ "${E2E_KEEP:-}" != 1 ]; then
+	trap 'hack/cluster/down.sh' EXIT
+fi
+up=$SECONDS
+hack/cluster/up.sh
+echo "e2e: cluster up in $((SECONDS - up)) s"
+tests=$SECONDS
+go test -count=1 -v -timeout 40m ./test/e2e/ 2>&1 | tee _output/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|^\s+\S+_test.go:'
+rc=${PIPESTATUS[0]}
+echo "e2e: tests took $((SECONDS - tests)) s, $((SECONDS - start)) s in all (full log: _output/e2e.log)"
+exit "$rc"
