@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# driver.sh start|stop|restart: the dra.swap kubelet plugin as a process on
+# the node, against the kubelet's plugin registry.
+source "$(dirname "$0")/lib.sh"
+require_root
+start_driver() {
+	mkdir -p "$CLUSTER_DIR/bin" "$CLUSTER_DIR/kubelet/plugins_registry" "$CLUSTER_DIR/cdi" "$RUN/hook"
+	start dra-swap-kubeletplugin "$BIN/dra-swap-kubeletplugin" \
+		--kubeconfig "$CLUSTER_DIR/kubeconfig/admin.kubeconfig" \
+		--node-name "$NODE_NAME" \
+		--cdi-dir "$CLUSTER_DIR/cdi" \
+		--install-hook-from "$BIN/dra-swap-hook" \
+		--hook-path "$CLUSTER_DIR/bin/dra-swap-hook" \
+		--hook-state-dir "$RUN/hook" \
+		--plugin-data-dir "$CLUSTER_DIR/kubelet/plugins/dra.swap" \
+		--registrar-dir "$CLUSTER_DIR/kubelet/plugins_registry" \
+		--kubelet-config "$CLUSTER_DIR/kubelet/config.yaml" \
+		--rescan-interval 2s \
+		--metrics-address 127.0.0.1:28080 \
+		-v=4
+	log "dra-swap-kubeletplugin started (pid $(cat "$PIDS/dra-swap-kubeletplugin.pid"))"
+}
+case "${1:-}" in
+start) start_driver ;;
+stop) stop dra-swap-kubeletplugin ;;
+restart) stop dra-swap-kubeletplugin; start_driver
+	wait_for "plugin registration socket" 30 bash -c "ls $CLUSTER_DIR/kubelet/plugins_registry/dra.swap-reg.sock" ;;
+*) die "usage: driver.sh start|stop|restart" ;;
+esac

@@ -1,0 +1,95 @@
+// Command clusterctl does the API steps of hack/cluster/up.sh: waiting for
+// the node, labelling it, creating the DeviceClass and waiting for the
+// driver's ResourceSlice. It reads CLUSTER_DIR/env like the e2e tests.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: clusterctl node-ready|setup|driver-ready")
+		os.Exit(2)
+	}
+	if err := run(context.Background(), os.Args[1]); err != nil {
+		fmt.Fprintf(os.Stderr, "clusterctl %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cmd string) error {
+	c, err := cluster.Load("")
+	if err != nil {
+		return err
+	}
+	switch cmd {
+	case "node-ready":
+		return poll(ctx, 3*time.Minute, "node "+c.Node+" Ready", func(ctx context.Context) (bool, error) {
+			node, err := c.Client.CoreV1().Nodes().Get(ctx, c.Node, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, cond := range node.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	case "setup":
+		patch := `{"metadata":{"labels":{"topology.kubernetes.io/zone":"zone-a","topology.kubernetes.io/region":"region-1"}}}`
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("label node: %w", err)
+		}
+		class := &resourceapi.DeviceClass{
+			ObjectMeta: metav1.ObjectMeta{Name: "dra.swap"},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+				CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "dra.swap"`},
+			}}},
+		}
+		if _, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create DeviceClass: %w", err)
+		}
+		return poll(ctx, time.Minute, "the default ServiceAccount", func(ctx context.Context) (bool, error) {
+			_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+			return err == nil, nil
+		})
+	case "driver-ready":
+		return poll(ctx, 2*time.Minute, "the dra.swap ResourceSlice with a swap device", func(ctx context.Context) (bool, error) {
+			slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, s := range slices.Items {
+				if s.Spec.Driver == "dra.swap" && s.Spec.Pool.Name == c.Node && len(s.Spec.Devices) == 1 &&
+					s.Spec.Devices[0].Attributes["topology.kubernetes.io/zone"].StringValue != nil {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func poll(ctx context.Context, timeout time.Duration, what string, cond wait.ConditionWithContextFunc) error {
+	start := time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, cond); err != nil {
+		return fmt.Errorf("waiting %v for %s: %w", timeout, what, err)
+	}
+	fmt.Printf("%s after %.1fs\n", what, time.Since(start).Seconds())
+	return nil
+}

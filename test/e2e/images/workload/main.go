@@ -1,0 +1,109 @@
+// Command workload is the e2e test image: it reports its cgroup's memory and
+// swap limits, allocates and touches ALLOC_MIB MiB, reports the swap it used,
+// holds for HOLD_SECONDS and exits 0. An OOM kill shows as exit 137.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type report struct {
+	AllocatedMiB     int               `json:"allocatedMiB"`
+	SwapLimitBytes   int64             `json:"swapLimitBytes"`
+	MemoryLimitBytes int64             `json:"memoryLimitBytes"`
+	SwapUsageBytes   int64             `json:"swapUsageBytes"`
+	EnvSwapLimit     string            `json:"envSwapLimit"`
+	CgroupVersion    int               `json:"cgroupVersion"`
+	Files            map[string]string `json:"files"`
+}
+
+func main() {
+	alloc := envInt("ALLOC_MIB", 200)
+	hold := envInt("HOLD_SECONDS", 0)
+	r := read()
+	emit("START", r)
+
+	chunks := make([][]byte, 0, alloc)
+	for i := range alloc {
+		b := make([]byte, 1<<20)
+		for j := range b {
+			b[j] = byte(i + j | 1) // non-zero, so pages are not shared zero pages
+		}
+		chunks = append(chunks, b)
+	}
+	end := read()
+	end.AllocatedMiB = len(chunks)
+	emit("RESULT", end)
+	time.Sleep(time.Duration(hold) * time.Second)
+	// Keep the allocation alive until the end.
+	if len(chunks) > 0 && chunks[0][0] == 0 {
+		fmt.Println("impossible")
+	}
+}
+
+func envInt(name string, def int) int {
+	v, err := strconv.Atoi(os.Getenv(name))
+	if err != nil {
+		return def
+	}
+	return v
+}
+
+func emit(kind string, r report) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		fmt.Printf("%s {}\n", kind)
+		return
+	}
+	fmt.Printf("%s %s\n", kind, data)
+}
+
+// read reports the container's cgroup (its own root in the cgroup namespace).
+func read() report {
+	r := report{EnvSwapLimit: os.Getenv("DRA_SWAP_LIMIT_BYTES"), Files: map[string]string{}}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		r.CgroupVersion = 2
+		dir := "/sys/fs/cgroup/"
+		for _, f := range []string{"memory.max", "memory.swap.max", "memory.swap.current", "memory.swap.peak", "memory.swap.high", "memory.zswap.max", "memory.current"} {
+			r.Files[f] = file(dir + f)
+		}
+		r.MemoryLimitBytes = num(r.Files["memory.max"])
+		r.SwapLimitBytes = num(r.Files["memory.swap.max"])
+		r.SwapUsageBytes = max(num(r.Files["memory.swap.current"]), num(r.Files["memory.swap.peak"]))
+		return r
+	}
+	r.CgroupVersion = 1
+	dir := "/sys/fs/cgroup/memory/"
+	for _, f := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.usage_in_bytes", "memory.memsw.usage_in_bytes",
+		"memory.max_usage_in_bytes", "memory.memsw.max_usage_in_bytes", "memory.swappiness"} {
+		r.Files[f] = file(dir + f)
+	}
+	r.MemoryLimitBytes = num(r.Files["memory.limit_in_bytes"])
+	r.SwapLimitBytes = num(r.Files["memory.memsw.limit_in_bytes"]) - r.MemoryLimitBytes
+	// Swap in use now, or at the peak: memory+swap minus memory.
+	now := num(r.Files["memory.memsw.usage_in_bytes"]) - num(r.Files["memory.usage_in_bytes"])
+	peak := num(r.Files["memory.memsw.max_usage_in_bytes"]) - num(r.Files["memory.max_usage_in_bytes"])
+	r.SwapUsageBytes = max(now, peak, 0)
+	return r
+}
+
+func file(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func num(s string) int64 {
+	if s == "max" {
+		return -1
+	}
+	v, _ := strconv.ParseInt(s, 10, 64)
+	return v
+}
