@@ -20,7 +20,7 @@ build:
 
 ## test: everything a change must pass: static checks, unit tests,
 ## integration tests, then end-to-end tests on a real cluster (E2E=skip skips them).
-test: verify unit integration
+test: verify unit integration e2e
 
 verify:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

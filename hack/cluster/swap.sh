@@ -14,7 +14,7 @@ add)
 	fallocate -l "${mib}M" "$file" 2>/dev/null || dd if=/dev/zero of="$file" bs=1M count="$mib" status=none
 	chmod 600 "$file"
 	mkswap "$file" >/dev/null
-	swapon "$file"
+	swapon "$file" || { rm -f "$file"; die "swapon $file failed: this machine cannot enable swap (set E2E=skip to skip the e2e tests explicitly)"; }
 	log "swapon $file (${mib} MiB)"
 	;;
 remove)

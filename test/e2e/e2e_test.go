@@ -14,6 +14,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
 )
@@ -295,14 +296,15 @@ func TestUnprepareCleansUp(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
+	// The claim of a finished pod is deleted at once: look while it runs.
 	p := c.createPod(t, workloadPod(ns, "short", map[string]string{"swap": "swap-64"},
-		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
-	p = c.waitPod(t, ns, p.Name, "completion", podTimeout, finished)
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
+	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
 	uid := c.claimUID(t, p)
 	if !c.specExists(uid) || !c.checkpointHas(t, uid) {
 		t.Fatalf("claim %s: spec exists %v, checkpointed %v while its pod exists", uid, c.specExists(uid), c.checkpointHas(t, uid))
 	}
-	if err := c.client.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+	if err := c.client.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
