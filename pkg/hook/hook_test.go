@@ -25,7 +25,7 @@ type node struct {
 	dir     string // the container's cgroup dir
 }
 
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -41,14 +41,7 @@ func newNode(t testing.TB, version int) *node {
 	tt, _ := t.(*testing.T)
 	base := t.TempDir()
 	n := &node{t: tt, version: version, proc: filepath.Join(base, "proc"), cgroup: filepath.Join(base, "cgroup"), state: filepath.Join(base, "state")}
-	w := func(path, content string) {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w := func(path, content string) { writeFile(t, path, content) }
 	if version == 1 {
 		w(filepath.Join(n.proc, fmt.Sprint(pid), "cgroup"), "12:pids:"+group+"\n4:memory:"+group+"\n1:name=systemd:/x\n0::/\n")
 		n.dir = filepath.Join(n.cgroup, "memory", group)

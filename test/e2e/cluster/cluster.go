@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/images/workload/report"
 )
 
 // DefaultDir is where hack/cluster/up.sh keeps the cluster's state.
@@ -136,14 +138,7 @@ func WorkloadPod(ns, name string, templates map[string]string, containers ...Con
 }
 
 // Result is what the workload image reports on its START and RESULT lines.
-type Result struct {
-	AllocatedMiB     int    `json:"allocatedMiB"`
-	SwapLimitBytes   int64  `json:"swapLimitBytes"`
-	MemoryLimitBytes int64  `json:"memoryLimitBytes"`
-	SwapUsageBytes   int64  `json:"swapUsageBytes"`
-	EnvSwapLimit     string `json:"envSwapLimit"`
-	CgroupVersion    int    `json:"cgroupVersion"`
-}
+type Result = report.Report
 
 // Report reads a container's report line ("START" or "RESULT") from its
 // log file on the node, not through the API server's kubelet proxy. ok is

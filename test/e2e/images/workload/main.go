@@ -10,17 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-type report struct {
-	AllocatedMiB     int               `json:"allocatedMiB"`
-	SwapLimitBytes   int64             `json:"swapLimitBytes"`
-	MemoryLimitBytes int64             `json:"memoryLimitBytes"`
-	SwapUsageBytes   int64             `json:"swapUsageBytes"`
-	EnvSwapLimit     string            `json:"envSwapLimit"`
-	CgroupVersion    int               `json:"cgroupVersion"`
-	Files            map[string]string `json:"files"`
-}
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/images/workload/report"
+)
 
 func main() {
 	alloc := envInt("ALLOC_MIB", 200)
@@ -54,7 +46,7 @@ func envInt(name string, def int) int {
 	return v
 }
 
-func emit(kind string, r report) {
+func emit(kind string, r report.Report) {
 	data, err := json.Marshal(r)
 	if err != nil {
 		fmt.Printf("%s {}\n", kind)
@@ -64,8 +56,8 @@ func emit(kind string, r report) {
 }
 
 // read reports the container's cgroup (its own root in the cgroup namespace).
-func read() report {
-	r := report{EnvSwapLimit: os.Getenv("DRA_SWAP_LIMIT_BYTES"), Files: map[string]string{}}
+func read() report.Report {
+	r := report.Report{EnvSwapLimit: os.Getenv("DRA_SWAP_LIMIT_BYTES"), Files: map[string]string{}}
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		r.CgroupVersion = 2
 		dir := "/sys/fs/cgroup/"

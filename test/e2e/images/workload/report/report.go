@@ -1,0 +1,16 @@
+// Package report is the format of the workload image's START and RESULT
+// lines, shared by the image and the tests that read its logs.
+package report
+
+// Report is one line of the workload's output, after its "START " or
+// "RESULT " prefix.
+type Report struct {
+	AllocatedMiB     int    `json:"allocatedMiB"`
+	SwapLimitBytes   int64  `json:"swapLimitBytes"`
+	MemoryLimitBytes int64  `json:"memoryLimitBytes"`
+	SwapUsageBytes   int64  `json:"swapUsageBytes"`
+	EnvSwapLimit     string `json:"envSwapLimit"`
+	CgroupVersion    int    `json:"cgroupVersion"`
+	// Files holds the raw cgroup files the values came from.
+	Files map[string]string `json:"files,omitempty"`
+}
