@@ -24,6 +24,6 @@ case "${1:-}" in
 start) start_driver ;;
 stop) stop dra-swap-kubeletplugin ;;
 restart) stop dra-swap-kubeletplugin; start_driver
-	wait_for "plugin registration socket" 30 bash -c "ls $CLUSTER_DIR/kubelet/plugins_registry/dra.swap-reg.sock" ;;
+	wait_for "the kubelet registered the plugin" 60 curl -sf http://127.0.0.1:28080/readyz ;;
 *) die "usage: driver.sh start|stop|restart" ;;
 esac

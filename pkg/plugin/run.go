@@ -162,7 +162,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	defer wg.Wait()
 	wg.Go(func() { publisher.Run(ctx, cfg.RescanInterval, trigger) })
 	if cfg.MetricsAddress != "" {
-		stop, err := serveMetrics(ctx, cfg.MetricsAddress, metrics.Handler())
+		stop, err := serveHTTP(ctx, cfg.MetricsAddress, metrics.Handler(), readiness(helper))
 		if err != nil {
 			return err
 		}
@@ -280,14 +280,33 @@ func installFile(src, dst string) error {
 	return os.Rename(tmp.Name(), dst)
 }
 
-// serveMetrics serves /metrics on addr until the returned stop is called.
-func serveMetrics(ctx context.Context, addr string, h http.Handler) (func(), error) {
+// readiness answers /readyz: ready once the kubelet has accepted the
+// plugin's registration, so a DaemonSet's readiness probe (and a restart
+// in the e2e tests) can tell when new claims can be prepared.
+func readiness(helper *kubeletplugin.Helper) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		status := helper.RegistrationStatus()
+		switch {
+		case status == nil:
+			http.Error(w, "not registered with the kubelet yet", http.StatusServiceUnavailable)
+		case !status.PluginRegistered:
+			http.Error(w, "the kubelet rejected the registration: "+status.Error, http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ok")
+		}
+	})
+}
+
+// serveHTTP serves /metrics and /readyz on addr until the returned stop is
+// called.
+func serveHTTP(ctx context.Context, addr string, metrics, ready http.Handler) (func(), error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", h)
+	mux.Handle("/metrics", metrics)
+	mux.Handle("/readyz", ready)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -358,7 +358,9 @@ func TestPluginRestart(t *testing.T) {
 		t.Fatalf("host cgroup swap limit %d, want %d", before, 128*mi)
 	}
 
+	t.Logf("%s restarting the plugin", time.Now().Format(time.TimeOnly))
 	c.script(t, "driver.sh", "restart")
+	t.Logf("%s restarted", time.Now().Format(time.TimeOnly))
 
 	after := c.waitPod(t, ns, long.Name, "still running", podTimeout, running)
 	if after.Status.ContainerStatuses[0].RestartCount != 0 {
@@ -370,6 +372,7 @@ func TestPluginRestart(t *testing.T) {
 	fresh := c.createPod(t, workloadPod(ns, "after-restart", map[string]string{"swap": "swap-128"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	fresh = c.waitPod(t, ns, fresh.Name, "completion", podTimeout, finished)
+	t.Logf("%s fresh pod finished", time.Now().Format(time.TimeOnly))
 	if fresh.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("phase %s", fresh.Status.Phase)
 	}
