@@ -130,9 +130,16 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return f, err
 	}
 	manager := prepare.NewManager(prepare.Options{
-		DriverName:        cfg.DriverName,
-		PoolName:          cfg.NodeName,
-		CgroupVersion:     func() int { return publisher.Facts().CgroupVersion },
+		DriverName: cfg.DriverName,
+		PoolName:   cfg.NodeName,
+		// The kubelet may call before the first Sync: fall back to the
+		// start-up discovery until the publisher has facts of its own.
+		CgroupVersion: func() int {
+			if v := publisher.Facts().CgroupVersion; v != 0 {
+				return v
+			}
+			return facts.CgroupVersion
+		},
 		AllowCriticalPods: cfg.AllowCriticalPods,
 	}, writer, store, podGetter{client}, cp)
 	d := &driver{poolName: cfg.NodeName, manager: manager, publisher: publisher, metrics: metrics, fatal: cancel}
