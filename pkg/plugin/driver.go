@@ -100,7 +100,7 @@ func (d *driver) healthReport() kubeletplugin.DeviceHealthReport {
 		LastUpdated:        time.Now(),
 		HealthCheckTimeout: 3 * healthInterval,
 	}
-	if device, reason := d.publisher.Device(); device == nil {
+	if device, reason := d.publisher.Device(); device == nil || reason != "" {
 		h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, reason
 	}
 	return kubeletplugin.DeviceHealthReport{Devices: []kubeletplugin.DeviceHealth{h}}

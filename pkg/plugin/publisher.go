@@ -47,8 +47,8 @@ func (p *Publisher) Facts() discovery.Facts {
 	return p.state.facts
 }
 
-// Device returns the published device (nil when none) and, when there is
-// none, why.
+// Device returns the published device (nil before the first sync) and,
+// when it offers no swap, why.
 func (p *Publisher) Device() (*resourceapi.Device, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -82,8 +82,8 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	if err := p.Publish(ctx, slice.Resources(p.NodeName, device)); err != nil {
 		return false, fmt.Errorf("publish ResourceSlice of node %s: %w", p.NodeName, err)
 	}
-	if device == nil {
-		logger.Info("Node offers no swap device", "node", p.NodeName, "reason", reason)
+	if reason != "" {
+		logger.Info("Node offers no swap: publishing its device with zero capacity, tainted "+slice.TaintNoUsableSwap, "node", p.NodeName, "reason", reason, "swapBehavior", facts.SwapBehavior)
 	} else {
 		q := device.Capacity[slice.CapacitySwap].Value
 		logger.Info("Publishing swap device", "node", p.NodeName, "offer", q.String(),

@@ -55,7 +55,7 @@ func TestPublisherSync(t *testing.T) {
 		{name: "swapon", change: func() { current = facts(2 << 30) }, wantPublished: true, wantDevices: 1},
 		{name: "label change", change: func() { labels = map[string]string{"topology.kubernetes.io/zone": "b"} }, wantPublished: true, wantDevices: 1},
 		{name: "discovery fails", change: func() { discoverErr = errors.New("malformed /proc/swaps") }, wantErr: "malformed /proc/swaps"},
-		{name: "swapoff", change: func() { discoverErr = nil; current = facts(0) }, wantPublished: true, wantDevices: 0},
+		{name: "swapoff", change: func() { discoverErr = nil; current = facts(0) }, wantPublished: true, wantDevices: 1},
 	}
 	for _, s := range steps {
 		before := len(published)
@@ -77,7 +77,7 @@ func TestPublisherSync(t *testing.T) {
 			t.Fatalf("%s: %d devices, want %d", s.name, devices(len(published)-1), s.wantDevices)
 		}
 	}
-	if dev, reason := p.Device(); dev != nil || !strings.Contains(reason, "no active swap device") {
+	if dev, reason := p.Device(); dev == nil || len(dev.Taints) != 1 || !strings.Contains(reason, "no active swap device") {
 		t.Errorf("Device() = %v, %q", dev, reason)
 	}
 }

@@ -157,7 +157,10 @@ func (m *Manager) plan(claim *resourceapi.ResourceClaim) (*claimPlan, error) {
 			return nil, fmt.Errorf("request %q has no consumed %q capacity: the cluster must allocate consumable capacity (DRAConsumableCapacity, on by default from Kubernetes 1.36)", r.Request, slice.CapacitySwap)
 		}
 		b := q.Value()
-		if b <= 0 || b > maxSwapBytes {
+		if b == 0 {
+			return nil, fmt.Errorf("request %q consumed no swap: the node offers none (its device carries the taint %s, which the claim tolerates)", r.Request, slice.TaintNoUsableSwap)
+		}
+		if b < 0 || b > maxSwapBytes {
 			return nil, fmt.Errorf("request %q consumed %s of swap, outside 1..%d bytes", r.Request, q.String(), maxSwapBytes)
 		}
 		plan.bytes += b

@@ -394,6 +394,9 @@ func TestPrepareRejectsBadAllocations(t *testing.T) {
 		{name: "no consumed capacity", mutate: func(c *resourceapi.ResourceClaim) { c.Status.Allocation.Devices.Results[0].ConsumedCapacity = nil }, wantErr: `no consumed "swap" capacity`},
 		{name: "zero bytes", mutate: func(c *resourceapi.ResourceClaim) {
 			c.Status.Allocation.Devices.Results[0].ConsumedCapacity["swap"] = resource.MustParse("0")
+		}, wantErr: "the node offers none"},
+		{name: "negative bytes", mutate: func(c *resourceapi.ResourceClaim) {
+			c.Status.Allocation.Devices.Results[0].ConsumedCapacity["swap"] = resource.MustParse("-1Mi")
 		}, wantErr: "outside 1.."},
 		{name: "absurd bytes", mutate: func(c *resourceapi.ResourceClaim) {
 			c.Status.Allocation.Devices.Results[0].ConsumedCapacity["swap"] = resource.MustParse("8Ei")

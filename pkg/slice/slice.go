@@ -39,7 +39,12 @@ const (
 	AttrCgroupVersion resourceapi.QualifiedName = "cgroupVersion"
 	AttrKernelVersion resourceapi.QualifiedName = "kernelVersion"
 	AttrTmpfsNoswap   resourceapi.QualifiedName = "tmpfsNoswap"
+	// AttrUsable is false on a node that offers no swap.
+	AttrUsable resourceapi.QualifiedName = "usable"
 )
+
+// TaintNoUsableSwap taints the device of a node that offers no swap.
+const TaintNoUsableSwap = "dra.swap/no-usable-swap"
 
 // TopologyLabels are the Node labels copied onto the device as fully
 // qualified attributes, so DeviceClass and claim selectors can use them.
@@ -92,23 +97,65 @@ func (p Policy) Offer(totalBytes int64) int64 {
 	return offer / Step * Step
 }
 
-// Device returns the node's swap device, or nil and the reason why the node
-// offers none.
+// Device returns the node's swap device. A node that offers swap gets a
+// shareable device whose consumable "swap" capacity is the offer. A node
+// that offers none still gets the device, so that its attributes (the
+// kubelet's swap behavior above all) reach the controller and DeviceClass
+// selectors, but with zero capacity, usable=false and the NoSchedule taint
+// TaintNoUsableSwap, so the scheduler never allocates it; the returned
+// reason says why it is unusable ("" when usable).
 func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*resourceapi.Device, string) {
-	if ok, reason := facts.Usable(); !ok {
-		return nil, reason
-	}
-	offer := p.Offer(facts.TotalBytes)
-	if offer == 0 {
-		return nil, fmt.Sprintf("nothing left to offer: %d bytes of swap × overcommit ratio %v minus %d reserved bytes is less than %d bytes",
+	attrs := attributes(facts, nodeLabels)
+	offer := int64(0)
+	reason := ""
+	if ok, why := facts.Usable(); !ok {
+		reason = why
+	} else if offer = p.Offer(facts.TotalBytes); offer == 0 {
+		reason = fmt.Sprintf("nothing left to offer: %d bytes of swap × overcommit ratio %v minus %d reserved bytes is less than %d bytes",
 			facts.TotalBytes, p.OvercommitRatio, p.ReservedBytes, Step)
+	}
+	attrs[AttrUsable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(reason == "")}
+	device := &resourceapi.Device{
+		Name:                     DeviceName,
+		AllowMultipleAllocations: ptr.To(true),
+		Attributes:               attrs,
+	}
+	if reason != "" {
+		// No request policy: its range could not be valid with zero
+		// capacity. The taint keeps claims away; prepare refuses a claim
+		// that tolerates it, because it would consume 0 bytes.
+		device.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			CapacitySwap: {Value: *resource.NewQuantity(0, resource.BinarySI)},
+		}
+		device.Taints = []resourceapi.DeviceTaint{{
+			Key:    TaintNoUsableSwap,
+			Effect: resourceapi.DeviceTaintEffectNoSchedule,
+		}}
+		return device, reason
 	}
 	def := p.DefaultRequestBytes
 	if def == 0 {
 		def = DefaultRequestBytes
 	}
 	def = min(max(def/Step*Step, Step), offer)
+	device.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		CapacitySwap: {
+			Value: *resource.NewQuantity(offer, resource.BinarySI),
+			RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default: resource.NewQuantity(def, resource.BinarySI),
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{
+					Min:  resource.NewQuantity(Step, resource.BinarySI),
+					Max:  resource.NewQuantity(offer, resource.BinarySI),
+					Step: resource.NewQuantity(Step, resource.BinarySI),
+				},
+			},
+		},
+	}
+	return device, ""
+}
 
+// attributes are the device attributes every node publishes, usable or not.
+func attributes(facts discovery.Facts, nodeLabels map[string]string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		AttrSwapBehavior:  {StringValue: ptr.To(facts.SwapBehavior)},
 		AttrTotalBytes:    {IntValue: ptr.To(facts.TotalBytes)},
@@ -126,29 +173,11 @@ func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*res
 			attrs[resourceapi.QualifiedName(label)] = resourceapi.DeviceAttribute{StringValue: ptr.To(v)}
 		}
 	}
-	return &resourceapi.Device{
-		Name:                     DeviceName,
-		AllowMultipleAllocations: ptr.To(true),
-		Attributes:               attrs,
-		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			CapacitySwap: {
-				Value: *resource.NewQuantity(offer, resource.BinarySI),
-				RequestPolicy: &resourceapi.CapacityRequestPolicy{
-					Default: resource.NewQuantity(def, resource.BinarySI),
-					ValidRange: &resourceapi.CapacityRequestPolicyRange{
-						Min:  resource.NewQuantity(Step, resource.BinarySI),
-						Max:  resource.NewQuantity(offer, resource.BinarySI),
-						Step: resource.NewQuantity(Step, resource.BinarySI),
-					},
-				},
-			},
-		},
-	}, ""
+	return attrs
 }
 
 // Resources is what the plugin publishes for its node: one pool named
-// after the node with one slice, holding the swap device or, when the node
-// offers none, no device (an empty pool shows the driver runs there).
+// after the node with one slice holding the swap device (nil: no device).
 func Resources(nodeName string, device *resourceapi.Device) resourceslice.DriverResources {
 	var devices []resourceapi.Device
 	if device != nil {

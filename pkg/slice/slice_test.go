@@ -166,7 +166,7 @@ func TestDeviceDefaultRequest(t *testing.T) {
 	}
 }
 
-func TestNoDevice(t *testing.T) {
+func TestUnusableDevice(t *testing.T) {
 	tests := []struct {
 		name       string
 		mutate     func(*discovery.Facts)
@@ -180,12 +180,34 @@ func TestNoDevice(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := usableFacts()
+			f.SwapBehavior = discovery.SwapBehaviorLimitedSwap
 			tc.mutate(&f)
-			dev, reason := Device(f, nil, tc.policy)
-			if dev != nil || !strings.Contains(reason, tc.wantReason) {
-				t.Fatalf("Device = %v, %q; want none because of %q", dev, reason, tc.wantReason)
+			dev, reason := Device(f, map[string]string{"topology.kubernetes.io/zone": "z1"}, tc.policy)
+			if dev == nil || !strings.Contains(reason, tc.wantReason) {
+				t.Fatalf("Device = %v, %q; want an unusable device because of %q", dev, reason, tc.wantReason)
+			}
+			c := dev.Capacity[CapacitySwap]
+			if !c.Value.IsZero() || c.RequestPolicy != nil {
+				t.Errorf("capacity = %+v, want 0 without a request policy", c)
+			}
+			if len(dev.Taints) != 1 || dev.Taints[0].Key != TaintNoUsableSwap || dev.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+				t.Errorf("taints = %+v, want %s:NoSchedule", dev.Taints, TaintNoUsableSwap)
+			}
+			if u := dev.Attributes[AttrUsable].BoolValue; u == nil || *u {
+				t.Errorf("usable = %v, want false", u)
+			}
+			// What the controller and selectors read stays published.
+			if b := dev.Attributes[AttrSwapBehavior].StringValue; b == nil || *b != discovery.SwapBehaviorLimitedSwap {
+				t.Errorf("swapBehavior = %v, want LimitedSwap", b)
+			}
+			if z := dev.Attributes["topology.kubernetes.io/zone"].StringValue; z == nil || *z != "z1" {
+				t.Errorf("zone = %v, want z1", z)
 			}
 		})
+	}
+	dev, reason := Device(usableFacts(), nil, Policy{OvercommitRatio: 1})
+	if reason != "" || len(dev.Taints) != 0 || dev.Attributes[AttrUsable].BoolValue == nil || !*dev.Attributes[AttrUsable].BoolValue {
+		t.Errorf("usable node: reason %q, taints %v, usable %v", reason, dev.Taints, dev.Attributes[AttrUsable].BoolValue)
 	}
 }
 

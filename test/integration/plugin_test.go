@@ -241,9 +241,18 @@ func TestPluginPublishesSwap(t *testing.T) {
 		return d != nil && attr(d, "topology.kubernetes.io/zone") == "zone-b"
 	})
 
-	// swapoff: the pool stays, empty.
+	// swapoff: the device stays, with zero capacity and tainted, so the
+	// swap behavior still reaches the controller but nothing is allocated.
 	h.write("proc/swaps", swaps())
-	waitForSlice(t, ctx, client, "the pool is empty after swapoff", func(d *resourceapi.Device) bool { return d == nil })
+	unusable := func(d *resourceapi.Device) bool {
+		if d == nil {
+			return false
+		}
+		c := d.Capacity["swap"]
+		return c.Value.Sign() == 0 && len(d.Taints) == 1 && d.Taints[0].Key == "dra.swap/no-usable-swap" &&
+			d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule && attr(d, "usable") == "false" && attr(d, "swapBehavior") == "LimitedSwap"
+	}
+	waitForSlice(t, ctx, client, "the device is unusable after swapoff", unusable)
 
 	// swapon again, but the cgroup swap control file is gone (swapaccount=0).
 	h.write("proc/swaps", swaps("/dev/zram0                              partition\t524288\t\t0\t\t100\n"))
@@ -251,7 +260,7 @@ func TestPluginPublishesSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // several rescans
-	waitForSlice(t, ctx, client, "still no device without swap accounting", func(d *resourceapi.Device) bool { return d == nil })
+	waitForSlice(t, ctx, client, "still unusable without swap accounting", unusable)
 	h.write("sys/fs/cgroup/memory/memory.memsw.limit_in_bytes", "9223372036854771712\n")
 	dev = waitForSlice(t, ctx, client, "zram device of 512Mi", capacityIs(512*mi))
 	if attr(dev, "medium") != "zram" {

@@ -56,6 +56,32 @@ func (d *Decoder) Decode(raw []byte) (*SwapConfig, error) {
 	return config, nil
 }
 
+// DecodeField is Decode for admission: the errors are field errors rooted
+// at fldPath (the opaque parameters' path in the object under review), so
+// that a rejection names the exact field and the reason.
+func (d *Decoder) DecodeField(raw []byte, fldPath *field.Path) (*SwapConfig, field.ErrorList) {
+	if len(raw) == 0 {
+		return nil, field.ErrorList{field.Required(fldPath, "a dra.swap/v1alpha1 SwapConfig")}
+	}
+	obj, gvk, err := d.serializer.Decode(raw, nil, nil)
+	if err != nil {
+		return nil, field.ErrorList{field.Invalid(fldPath, field.OmitValueType{}, fmt.Sprintf("decode dra.swap/v1alpha1 SwapConfig: %v", err))}
+	}
+	config, ok := obj.(*SwapConfig)
+	if !ok {
+		return nil, field.ErrorList{field.Invalid(fldPath, gvk.String(), "expected a dra.swap/v1alpha1 SwapConfig")}
+	}
+	config.Default()
+	errs := config.Validate()
+	for _, e := range errs {
+		e.Field = fldPath.String() + "." + e.Field
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return config, nil
+}
+
 // Default fills in the defaults of unset fields.
 func (c *SwapConfig) Default() {
 	if c.Zswap == "" {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 )
 
@@ -129,4 +130,34 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Decode accepted an invalid config %+v: %v", config, errs)
 		}
 	})
+}
+
+func TestDecodeField(t *testing.T) {
+	path := field.NewPath("spec", "devices", "config").Index(1).Child("opaque", "parameters")
+	tests := []struct {
+		name string
+		raw  string
+		want string
+	}{
+		{name: "valid", raw: `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":80}`},
+		{name: "empty", raw: ``, want: "spec.devices.config[1].opaque.parameters: Required value"},
+		{name: "unknown field", raw: `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","labelAllowlist":["a"]}`, want: `spec.devices.config[1].opaque.parameters: Invalid value: decode dra.swap/v1alpha1 SwapConfig: strict decoding error: unknown field "labelAllowlist"`},
+		{name: "out of range", raw: `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":150}`, want: "spec.devices.config[1].opaque.parameters.swapHighPercent: Invalid value: 150"},
+		{name: "wrong kind", raw: `{"apiVersion":"dra.swap/v1alpha1","kind":"Other"}`, want: "spec.devices.config[1].opaque.parameters: Invalid value"},
+	}
+	d := NewDecoder()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, errs := d.DecodeField([]byte(tc.raw), path)
+			if tc.want == "" {
+				if len(errs) > 0 || c == nil {
+					t.Fatalf("DecodeField = %v, %v", c, errs)
+				}
+				return
+			}
+			if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.want) {
+				t.Fatalf("DecodeField errors = %v, want %q", errs, tc.want)
+			}
+		})
+	}
 }
