@@ -241,12 +241,16 @@ func TestNodeLabels(t *testing.T) {
 		},
 		{
 			name: "plugin gone: labels stay by default",
-			node: func(*testing.T) Node { return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}} },
+			node: func(*testing.T) Node {
+				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}}
+			},
 			want: map[string]*string{},
 		},
 		{
-			name:          "plugin gone: labels removed when the admin says so",
-			node:          func(*testing.T) Node { return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}} },
+			name: "plugin gone: labels removed when the admin says so",
+			node: func(*testing.T) Node {
+				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}}
+			},
 			removeWithout: true,
 			want:          map[string]*string{SwapBehavior: nil, Capacity: nil},
 		},

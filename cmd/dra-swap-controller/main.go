@@ -1,0 +1,139 @@
+// Command dra-swap-controller labels nodes with their swap behavior and
+// pods with their node's topology and swap labels, and serves the
+// driver's admission webhooks. One Deployment per cluster; replicas
+// elect a leader. See docs/design.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // JSON log format
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/controller"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "dra-swap-controller: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	namespace := os.Getenv("POD_NAMESPACE")
+	if namespace == "" {
+		namespace = "kube-system"
+	}
+	var (
+		cfg        controller.Config
+		kubeconfig string
+		selection  string
+		nsSelector string
+		allowlist  []string
+		dnsNames   []string
+	)
+	fs := pflag.NewFlagSet("dra-swap-controller", pflag.ContinueOnError)
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
+	fs.StringVar(&selection, "pod-selection", string(labels.SelectSwapClaims),
+		"Which pods get topology and swap labels: swap-claims (pods with an allocated dra.swap claim), all (every pod on a node running the driver), or namespaces (pods in namespaces matching --namespace-selector, and pods with swap claims).")
+	fs.StringVar(&nsSelector, "namespace-selector", "", "Label selector of namespaces for --pod-selection=namespaces, e.g. swap-labels=enabled.")
+	fs.StringSliceVar(&allowlist, "node-label-allowlist", nil, "Extra Node label keys copied onto selected pods (comma-separated). Empty by default; only this flag widens it.")
+	fs.BoolVar(&cfg.RemoveWithoutDriver, "remove-node-labels-without-plugin", false,
+		"Remove node.kubernetes.io/swap-behavior and dra.swap/capacity from a node when the kubelet plugin no longer publishes for it. Off: the labels stay (as KEP-5425 keeps them on downgrade).")
+	fs.IntVar(&cfg.Workers, "workers", 4, "Concurrent reconciles per reconciler.")
+	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "Elect a leader among replicas; only the leader reconciles and rotates the webhook certificate.")
+	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease (default $POD_NAMESPACE or kube-system).")
+	fs.StringVar(&cfg.LeaderElectionID, "leader-election-id", "dra-swap-controller", "Name of the leader election Lease.")
+	fs.BoolVar(&cfg.DisableWebhooks, "disable-webhooks", false, "Do not serve the admission webhooks (labels then come from the reconciler only).")
+	fs.StringVar(&cfg.WebhookHost, "webhook-host", "", "Address the webhook server listens on (all when empty).")
+	fs.IntVar(&cfg.WebhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	fs.StringVar(&cfg.CertDir, "tls-cert-dir", "", "Directory with an admin-supplied tls.crt and tls.key (for example a cert-manager Secret), reloaded on change. When empty the controller keeps its own CA in --webhook-secret and injects it into the webhook configurations.")
+	fs.StringVar(&cfg.Cert.SecretNamespace, "webhook-secret-namespace", namespace, "Namespace of the Secret holding the self-managed CA and certificate.")
+	fs.StringVar(&cfg.Cert.SecretName, "webhook-secret", "dra-swap-controller-webhook-tls", "Secret holding the self-managed CA and certificate.")
+	fs.StringSliceVar(&dnsNames, "webhook-dns-names", []string{"dra-swap-controller." + namespace + ".svc"}, "DNS names of the self-managed certificate (the webhook Service's name).")
+	fs.StringSliceVar(&cfg.Cert.MutatingWebhookConfigurations, "mutating-webhook-configuration", []string{"dra-swap"}, "MutatingWebhookConfigurations whose caBundle the controller keeps current.")
+	fs.StringSliceVar(&cfg.Cert.ValidatingWebhookConfigurations, "validating-webhook-configuration", []string{"dra-swap"}, "ValidatingWebhookConfigurations whose caBundle the controller keeps current.")
+	fs.DurationVar(&cfg.CertCheckInterval, "cert-check-interval", time.Minute, "How often the certificate is checked and, when due, rotated.")
+	fs.StringVar(&cfg.MetricsAddress, "metrics-address", ":8080", "Serve Prometheus metrics at http://ADDRESS/metrics; 0 disables.")
+	fs.StringVar(&cfg.HealthAddress, "health-address", ":8081", "Serve /healthz and /readyz; 0 disables.")
+
+	logConfig := logsapi.NewLoggingConfiguration()
+	gate := featuregate.NewFeatureGate()
+	utilruntime.Must(logsapi.AddFeatureGates(gate))
+	utilruntime.Must(gate.SetFromMap(map[string]bool{string(logsapi.ContextualLogging): true}))
+	logsapi.AddFlags(logConfig, fs)
+	fs.Var(gate, "feature-gates", "Logging feature gates: "+fmt.Sprint(gate.KnownFeatures()))
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := logsapi.ValidateAndApply(logConfig, gate); err != nil {
+		return err
+	}
+	cfg.Policy = labels.Policy{Allowlist: trimmed(allowlist), Selection: labels.Selection(selection)}
+	if nsSelector != "" {
+		sel, err := k8slabels.Parse(nsSelector)
+		if err != nil {
+			return fmt.Errorf("--namespace-selector %q: %w", nsSelector, err)
+		}
+		cfg.Policy.NamespaceSelector = sel
+	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return err
+	}
+	cfg.Cert.DNSNames = trimmed(dnsNames)
+
+	restConfig, err := clientConfig(kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background()
+	ctrl.SetLogger(logger)
+	ctx = klog.NewContext(ctx, logger)
+	return controller.Run(ctx, restConfig, cfg)
+}
+
+func trimmed(in []string) []string {
+	var out []string
+	for _, s := range in {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func clientConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (use --kubeconfig outside a cluster): %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,169 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/servingcert"
+	swapwebhook "github.com/dra-driver-swap/dra-driver-swap/pkg/webhook"
+)
+
+// Config is the controller's configuration (from its flags).
+type Config struct {
+	Policy              labels.Policy
+	RemoveWithoutDriver bool
+	Workers             int
+
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	LeaderElectionID        string
+
+	// Webhooks: served on WebhookHost:WebhookPort unless DisableWebhooks.
+	DisableWebhooks bool
+	WebhookHost     string
+	WebhookPort     int
+	// CertDir holds an admin-supplied tls.crt and tls.key (reloaded when
+	// they change, as cert-manager rotates them). When empty, the
+	// controller keeps its own CA and certificate as Cert says.
+	CertDir string
+	Cert    servingcert.Options
+	// CertCheckInterval is how often the certificate is checked (1m).
+	CertCheckInterval time.Duration
+
+	// MetricsAddress and HealthAddress: "0" disables.
+	MetricsAddress string
+	HealthAddress  string
+}
+
+// Run runs the controller until ctx ends.
+func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
+	logger := klog.FromContext(ctx)
+	if err := cfg.Policy.Validate(); err != nil {
+		return err
+	}
+	var certs *servingcert.Manager
+	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
+	if !cfg.DisableWebhooks && cfg.CertDir == "" {
+		client, err := kubernetes.NewForConfig(restConfig)
+		if err != nil {
+			return fmt.Errorf("create client: %w", err)
+		}
+		if certs, err = servingcert.New(client, cfg.Cert); err != nil {
+			return fmt.Errorf("webhook certificate: %w", err)
+		}
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
+	}
+	leaseDuration, renewDeadline, retryPeriod := 15*time.Second, 10*time.Second, 2*time.Second
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                        clientgoscheme.Scheme,
+		Logger:                        logger,
+		Cache:                         CacheOptions(),
+		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddress},
+		HealthProbeBindAddress:        cfg.HealthAddress,
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
+		LeaderElectionID:              cfg.LeaderElectionID,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host:    cfg.WebhookHost,
+			Port:    cfg.WebhookPort,
+			CertDir: cfg.CertDir,
+			TLSOpts: tlsOpts,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("create controller manager: %w", err)
+	}
+	metrics, err := NewMetrics(crmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if err := Indexes(ctx, mgr); err != nil {
+		return err
+	}
+	if err := Setup(mgr, Options{Policy: cfg.Policy, RemoveWithoutDriver: cfg.RemoveWithoutDriver, Workers: cfg.Workers, Metrics: metrics}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if !cfg.DisableWebhooks {
+		c := mgr.GetClient()
+		nodes := Nodes{Reader: c}
+		srv := mgr.GetWebhookServer()
+		srv.Register(swapwebhook.BindingPath, &admission.Webhook{Handler: &swapwebhook.BindingLabeler{
+			Pods: c, APIReader: mgr.GetAPIReader(), Nodes: nodes, Policy: cfg.Policy,
+			Selector: Pods{Reader: c, APIReader: mgr.GetAPIReader(), Policy: cfg.Policy},
+		}})
+		srv.Register(swapwebhook.ConfigPath, &admission.Webhook{Handler: &swapwebhook.ConfigValidator{
+			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes,
+		}})
+		if err := mgr.AddReadyzCheck("webhook", webhookReady(certs)); err != nil {
+			return err
+		}
+		if certs != nil {
+			interval := cfg.CertCheckInterval
+			if interval <= 0 {
+				interval = time.Minute
+			}
+			// Every replica loads the certificate; the leader also creates
+			// and rotates it and injects the CA into the configurations.
+			if err := mgr.Add(runnable{leader: false, run: func(ctx context.Context) { certs.Run(ctx, interval, false) }}); err != nil {
+				return err
+			}
+			if err := mgr.Add(runnable{leader: true, run: func(ctx context.Context) { certs.Run(ctx, interval, true) }}); err != nil {
+				return err
+			}
+		}
+	}
+	logger.Info("Starting dra.swap controller", "selection", cfg.Policy.Selection, "allowlist", cfg.Policy.Allowlist,
+		"webhooks", !cfg.DisableWebhooks, "leaderElection", cfg.LeaderElection)
+	return mgr.Start(ctx)
+}
+
+// webhookReady is ready once a serving certificate is loaded.
+func webhookReady(certs *servingcert.Manager) healthz.Checker {
+	return func(*http.Request) error {
+		if certs == nil {
+			return nil
+		}
+		_, err := certs.GetCertificate(nil)
+		return err
+	}
+}
+
+// runnable adapts a function to manager.Runnable, on the leader only or
+// on every replica.
+type runnable struct {
+	leader bool
+	run    func(ctx context.Context)
+}
+
+var _ manager.LeaderElectionRunnable = runnable{}
+
+func (r runnable) Start(ctx context.Context) error {
+	r.run(ctx)
+	return nil
+}
+
+func (r runnable) NeedLeaderElection() bool { return r.leader }

@@ -1,0 +1,628 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	apitypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/controller"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/servingcert"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/webhook"
+	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
+)
+
+const (
+	tenant     = "tenant"
+	rackLabel  = "example.com/rack"
+	secretNode = "secret.example.com/tier"
+)
+
+// controllerEnv is a real apiserver with the controller running against
+// it and its webhooks registered through real webhook configurations.
+type controllerEnv struct {
+	t       *testing.T
+	s       *framework.APIServer
+	client  kubernetes.Interface
+	webhook string // https://localhost:PORT
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startController(t *testing.T) *controllerEnv {
+	s := framework.StartAPIServer(t)
+	logger, ctx := ktesting.NewTestContext(t)
+	ctrl.SetLogger(klog.Background())
+	ctx, cancel := context.WithCancel(ctx)
+	env := &controllerEnv{t: t, s: s, client: s.Client}
+	port := freePort(t)
+	env.webhook = fmt.Sprintf("https://localhost:%d", port)
+
+	for _, ns := range []string{tenant} {
+		if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// No controller-manager runs, so create the default service account.
+		if _, err := s.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As the helm chart does: the configurations without a caBundle, and
+	// an empty Secret the controller fills.
+	mutating, validating := webhook.Configurations(webhook.URLClientConfig(env.webhook))
+	if _, err := s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "dra.swap"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "dra.swap"`},
+		}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := controller.Config{
+		Policy:                  labels.Policy{Selection: labels.SelectSwapClaims, Allowlist: []string{rackLabel}},
+		Workers:                 4,
+		LeaderElection:          true,
+		LeaderElectionNamespace: "kube-system",
+		LeaderElectionID:        "dra-swap-controller",
+		WebhookHost:             "127.0.0.1",
+		WebhookPort:             port,
+		Cert: servingcert.Options{
+			SecretNamespace:                 "kube-system",
+			SecretName:                      "dra-swap-controller-webhook-tls",
+			DNSNames:                        []string{"localhost"},
+			MutatingWebhookConfigurations:   []string{webhook.ConfigurationName},
+			ValidatingWebhookConfigurations: []string{webhook.ConfigurationName},
+		},
+		CertCheckInterval: time.Second,
+		MetricsAddress:    "0",
+		HealthAddress:     "0",
+	}
+	done := make(chan error, 1)
+	go func() { done <- controller.Run(ctx, rest.CopyConfig(s.Config), cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("controller: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("controller did not stop")
+		}
+	})
+
+	// Ready when the CA is injected and the webhook answers over TLS.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("controller stopped: %v", err)
+		default:
+		}
+		v, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+		if err != nil || len(v.Webhooks[0].ClientConfig.CABundle) == 0 {
+			return false, nil
+		}
+		_, err = s.Client.ResourceV1().ResourceClaims(tenant).Create(ctx, swapClaim("probe", "4Mi", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":500}`), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "swapHighPercent"), nil
+	})
+	if err != nil {
+		t.Fatalf("controller webhooks not ready: %v", err)
+	}
+	logger.Info("Controller ready", "webhook", env.webhook)
+	return env
+}
+
+// node creates a Node and, as its kubelet plugin would, its ResourceSlice.
+func (e *controllerEnv) node(ctx context.Context, name string, nodeLabels map[string]string, behavior string, swapBytes int64) {
+	e.t.Helper()
+	nodeLabels = mergeLabels(map[string]string{labels.Hostname: name}, nodeLabels)
+	if _, err := e.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: nodeLabels}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.publish(ctx, name, nodeLabels, behavior, swapBytes)
+}
+
+// publish creates or updates the node's ResourceSlice with slice.Device.
+func (e *controllerEnv) publish(ctx context.Context, name string, nodeLabels map[string]string, behavior string, swapBytes int64) {
+	e.t.Helper()
+	f := discovery.Facts{TotalBytes: swapBytes, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true, SwapBehavior: behavior}
+	if swapBytes > 0 {
+		f.Devices = []discovery.SwapDevice{{Path: "/swapfile", Type: "file", SizeBytes: swapBytes}}
+	}
+	dev, _ := slice.Device(f, nodeLabels, slice.Policy{OvercommitRatio: 1})
+	rs := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-dra.swap"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: labels.DriverName, NodeName: ptr.To(name),
+			Pool:    resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{*dev},
+		},
+	}
+	cur, err := e.client.ResourceV1().ResourceSlices().Get(ctx, rs.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = e.client.ResourceV1().ResourceSlices().Create(ctx, rs, metav1.CreateOptions{})
+	case err == nil:
+		rs.ResourceVersion = cur.ResourceVersion
+		rs.Spec.Pool.Generation = cur.Spec.Pool.Generation + 1
+		_, err = e.client.ResourceV1().ResourceSlices().Update(ctx, rs, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func mergeLabels(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range []map[string]string{a, b} {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func swapClaim(name, size, config string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "swap",
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: "dra.swap",
+				Capacity:        &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse(size)}},
+			},
+		}}}},
+	}
+	if config != "" {
+		c.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(config)},
+		}}}}
+	}
+	return c
+}
+
+// swapPod creates a pod with an allocated and reserved swap claim on node,
+// as the scheduler leaves it just before binding.
+func (e *controllerEnv) swapPod(ctx context.Context, client kubernetes.Interface, name, node string, podLabels, annotations map[string]string) *corev1.Pod {
+	e.t.Helper()
+	claim, err := client.ResourceV1().ResourceClaims(tenant).Create(ctx, swapClaim(name, "256Mi", ""), metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: podLabels, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			Containers:     []corev1.Container{{Name: "app", Image: "registry.invalid/app:1", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "swap"}}}}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "swap", ResourceClaimName: ptr.To(name)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "swap", Driver: "dra.swap", Pool: node, Device: slice.DeviceName,
+		ShareID:          ptr.To(apitypes.UID("a1b2c3d4-0000-4000-8000-000000000001")),
+		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse("256Mi")},
+	}}}}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	// The scheduler writes this status; the tenant cannot.
+	if _, err := e.client.ResourceV1().ResourceClaims(tenant).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return pod
+}
+
+// bind binds the pod through pods/binding, as the scheduler does, and
+// returns the pod as the write that set spec.nodeName left it.
+func (e *controllerEnv) bind(ctx context.Context, pod *corev1.Pod, node string) *corev1.Pod {
+	e.t.Helper()
+	w, err := e.client.CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != watch.Modified {
+				continue
+			}
+			p := ev.Object.(*corev1.Pod)
+			if p.Spec.NodeName != "" {
+				return p
+			}
+		case <-timeout:
+			e.t.Fatalf("pod %s was not bound", pod.Name)
+		}
+	}
+}
+
+// waitForPodLabels polls until the pod has want (a nil value: absent) and
+// returns how long it took.
+func (e *controllerEnv) waitForPodLabels(ctx context.Context, pod *corev1.Pod, want map[string]*string, timeout time.Duration) time.Duration {
+	e.t.Helper()
+	start := time.Now()
+	var last map[string]string
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := e.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = p.Labels
+		return hasLabels(p.Labels, want), nil
+	})
+	if err != nil {
+		e.t.Fatalf("pod %s: labels %v, want %s within %v: %v", pod.Name, last, show(want), timeout, err)
+	}
+	return time.Since(start)
+}
+
+func hasLabels(have map[string]string, want map[string]*string) bool {
+	for k, v := range want {
+		got, ok := have[k]
+		if v == nil && ok || v != nil && (!ok || got != *v) {
+			return false
+		}
+	}
+	return true
+}
+
+func show(m map[string]*string) string {
+	var parts []string
+	for k, v := range m {
+		if v == nil {
+			parts = append(parts, k+" absent")
+		} else {
+			parts = append(parts, k+"="+*v)
+		}
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+func topology(zone, host, behavior string) map[string]*string {
+	return map[string]*string{labels.Zone: ptr.To(zone), labels.Hostname: ptr.To(host), labels.SwapBehavior: ptr.To(behavior)}
+}
+
+func (e *controllerEnv) waitForNodeLabels(ctx context.Context, name string, want map[string]*string) {
+	e.t.Helper()
+	var last map[string]string
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := e.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = n.Labels
+		return hasLabels(n.Labels, want), nil
+	})
+	if err != nil {
+		e.t.Fatalf("node %s: labels %v, want %s: %v", name, last, show(want), err)
+	}
+}
+
+// warnings collects the API server's warning headers.
+type warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.list
+	w.list = nil
+	return out
+}
+
+func TestController(t *testing.T) {
+	env := startController(t)
+	_, ctx := ktesting.NewTestContext(t)
+	env.node(ctx, "node-a", map[string]string{labels.Zone: "zone-a", labels.Region: "region-1", rackLabel: "r1", secretNode: "gold"}, discovery.SwapBehaviorLimitedSwap, 4*gi)
+	env.node(ctx, "node-b", map[string]string{labels.Zone: "zone-b"}, discovery.SwapBehaviorNoSwap, 0)
+
+	t.Run("node swap labels", func(t *testing.T) {
+		env.t = t
+		env.waitForNodeLabels(ctx, "node-a", map[string]*string{labels.SwapBehavior: ptr.To("LimitedSwap"), labels.Capacity: ptr.To("4Gi")})
+		// A node without usable swap still says how its kubelet behaves.
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{labels.SwapBehavior: ptr.To("NoSwap"), labels.Capacity: nil})
+		nodes, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labels.SwapBehavior + "=LimitedSwap"})
+		if err != nil || len(nodes.Items) != 1 || nodes.Items[0].Name != "node-a" {
+			t.Fatalf("nodes with LimitedSwap: %v, %v", nodes, err)
+		}
+		// The kubelet's configuration changes: the label follows.
+		env.publish(ctx, "node-b", map[string]string{labels.Zone: "zone-b", labels.Hostname: "node-b"}, discovery.SwapBehaviorLimitedSwap, 2*gi)
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{labels.SwapBehavior: ptr.To("LimitedSwap"), labels.Capacity: ptr.To("2Gi")})
+		env.publish(ctx, "node-b", map[string]string{labels.Zone: "zone-b", labels.Hostname: "node-b"}, discovery.SwapBehaviorNoSwap, 0)
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{labels.SwapBehavior: ptr.To("NoSwap"), labels.Capacity: nil})
+		// The plugin leaves the node: without the admin's flag, labels stay.
+		if err := env.client.ResourceV1().ResourceSlices().Delete(ctx, "node-b-dra.swap", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{labels.SwapBehavior: ptr.To("NoSwap")})
+		env.publish(ctx, "node-b", map[string]string{labels.Zone: "zone-b", labels.Hostname: "node-b"}, discovery.SwapBehaviorNoSwap, 0)
+	})
+
+	t.Run("binding webhook labels the pod as it is bound", func(t *testing.T) {
+		env.t = t
+		pod := env.swapPod(ctx, env.client, "bound-by-webhook", "node-a", map[string]string{"app": "x"}, nil)
+		bound := env.bind(ctx, pod, "node-a")
+		want := topology("zone-a", "node-a", "LimitedSwap")
+		want[labels.Region] = ptr.To("region-1")
+		want[rackLabel] = ptr.To("r1")
+		want[secretNode] = nil
+		want["app"] = ptr.To("x")
+		if !hasLabels(bound.Labels, want) {
+			t.Fatalf("labels in the binding write: %v, want %s", bound.Labels, show(want))
+		}
+		if got := bound.Annotations[labels.ManagedAnnotation]; got != "example.com/rack,kubernetes.io/hostname,node.kubernetes.io/swap-behavior,topology.kubernetes.io/region,topology.kubernetes.io/zone" {
+			t.Errorf("%s = %q", labels.ManagedAnnotation, got)
+		}
+		// A pod without a swap claim is left alone.
+		plain, err := env.client.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "no-claim"},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// (The built-in PodTopologyLabels admission may add zone and region.)
+		if p := env.bind(ctx, plain, "node-a"); !hasLabels(p.Labels, map[string]*string{labels.Hostname: nil, labels.SwapBehavior: nil, rackLabel: nil}) || p.Annotations[labels.ManagedAnnotation] != "" {
+			t.Errorf("pod without a swap claim got labels %v, annotations %v", p.Labels, p.Annotations)
+		}
+	})
+
+	t.Run("reconciler labels a pod bound while the webhook was down", func(t *testing.T) {
+		env.t = t
+		mutating, err := env.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		good := *mutating.Webhooks[0].ClientConfig.URL
+		setURL := func(url string) {
+			m, err := env.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Webhooks[0].ClientConfig.URL = &url
+			if _, err := env.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setURL(fmt.Sprintf("https://localhost:%d%s", freePort(t), webhook.BindingPath)) // nothing listens
+		defer setURL(good)
+		time.Sleep(2 * time.Second) // the API server picks up the configuration
+
+		pod := env.swapPod(ctx, env.client, "bound-without-webhook", "node-a", nil, nil)
+		bound := env.bind(ctx, pod, "node-a")
+		if _, ok := bound.Labels[labels.Hostname]; ok {
+			t.Fatalf("the webhook was not down: the binding carried %v", bound.Labels)
+		}
+		took := env.waitForPodLabels(ctx, bound, topology("zone-a", "node-a", "LimitedSwap"), 2*time.Second)
+		t.Logf("reconciler labeled the pod %v after binding", took.Round(time.Millisecond))
+	})
+
+	t.Run("node label changes reach the pods", func(t *testing.T) {
+		env.t = t
+		pod, err := env.client.CoreV1().Pods(tenant).Get(ctx, "bound-by-webhook", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node, err := env.client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Labels[rackLabel] = "r2"
+		node.Labels[labels.Zone] = "zone-c"
+		delete(node.Labels, labels.Region)
+		if _, err := env.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The plugin republishes the zone from the Node's labels.
+		env.publish(ctx, "node-a", node.Labels, discovery.SwapBehaviorLimitedSwap, 4*gi)
+		want := topology("zone-c", "node-a", "LimitedSwap")
+		want[rackLabel] = ptr.To("r2")
+		want[labels.Region] = nil // the driver set it, the node lost it
+		env.waitForPodLabels(ctx, pod, want, 5*time.Second)
+		// The kubelet switches to NoSwap.
+		env.publish(ctx, "node-a", node.Labels, discovery.SwapBehaviorNoSwap, 4*gi)
+		env.waitForPodLabels(ctx, pod, map[string]*string{labels.SwapBehavior: ptr.To("NoSwap")}, 5*time.Second)
+		env.waitForNodeLabels(ctx, "node-a", map[string]*string{labels.SwapBehavior: ptr.To("NoSwap")})
+	})
+
+	t.Run("invalid SwapConfig is rejected with the field and the reason", func(t *testing.T) {
+		env.t = t
+		bad := []struct {
+			name   string
+			create func() error
+			want   []string
+		}{
+			{
+				name: "claim out of range",
+				create: func() error {
+					_, err := env.client.ResourceV1().ResourceClaims(tenant).Create(ctx, swapClaim("bad-range", "256Mi", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":150}`), metav1.CreateOptions{})
+					return err
+				},
+				want: []string{"spec.devices.config[0].opaque.parameters.swapHighPercent", "150", "1", "100"},
+			},
+			{
+				name: "template with unknown field",
+				create: func() error {
+					c := swapClaim("t", "256Mi", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapines":10}`)
+					_, err := env.client.ResourceV1().ResourceClaimTemplates(tenant).Create(ctx, &resourceapi.ResourceClaimTemplate{
+						ObjectMeta: metav1.ObjectMeta{Name: "bad-template"},
+						Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: c.Spec},
+					}, metav1.CreateOptions{})
+					return err
+				},
+				want: []string{"spec.spec.devices.config[0].opaque.parameters", `unknown field "swapines"`},
+			},
+			{
+				name: "device class with wrong kind",
+				create: func() error {
+					_, err := env.client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
+						ObjectMeta: metav1.ObjectMeta{Name: "bad-class"},
+						Spec: resourceapi.DeviceClassSpec{Config: []resourceapi.DeviceClassConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+							Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"dra.swap/v1alpha1","kind":"GpuConfig"}`)}},
+						}}}},
+					}, metav1.CreateOptions{})
+					return err
+				},
+				want: []string{"spec.config[0].opaque.parameters", "GpuConfig"},
+			},
+		}
+		for _, tc := range bad {
+			err := tc.create()
+			if err == nil {
+				t.Errorf("%s: accepted", tc.name)
+				continue
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q does not contain %q", tc.name, err, w)
+				}
+			}
+			t.Logf("%s: %v", tc.name, err)
+		}
+		// Other drivers' objects never reach the strict check.
+		other := swapClaim("other-driver", "1", `{"anything":"goes"}`)
+		other.Spec.Devices.Config[0].Opaque.Driver = "gpu.example.com"
+		other.Spec.Devices.Requests[0].Exactly = &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.example.com"}
+		if _, err := env.client.ResourceV1().ResourceClaims(tenant).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+			t.Errorf("other driver's claim: %v", err)
+		}
+	})
+
+	t.Run("swap requests get warnings", func(t *testing.T) {
+		env.t = t
+		w := &warnings{}
+		cfg := rest.CopyConfig(env.s.Config)
+		cfg.WarningHandler = w
+		client := kubernetes.NewForConfigOrDie(cfg)
+		cases := []struct {
+			claim *resourceapi.ResourceClaim
+			want  string
+		}{
+			{swapClaim("odd-size", "300M", ""), "300M is not a multiple of 1Mi; it is rounded up to 287Mi"},
+			{swapClaim("too-big", "8Gi", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig"}`), "8Gi exceeds the largest swap any node offers (4Gi)"},
+			{swapClaim("fine", "256Mi", ""), ""},
+		}
+		for _, tc := range cases {
+			if _, err := client.ResourceV1().ResourceClaims(tenant).Create(ctx, tc.claim, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("%s: %v", tc.claim.Name, err)
+			}
+			got := w.take()
+			if tc.want == "" && len(got) > 0 || tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)) {
+				t.Errorf("%s: warnings %q, want %q", tc.claim.Name, got, tc.want)
+			}
+		}
+	})
+
+	t.Run("a namespace user cannot widen the allowlist", func(t *testing.T) {
+		env.t = t
+		// Alice may do anything inside her namespace (the aggregated admin
+		// role is empty without a controller-manager, so spell it out).
+		if _, err := env.client.RbacV1().Roles(tenant).Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "tenant-admin"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"", "resource.k8s.io", "apps", "batch"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.client.RbacV1().RoleBindings(tenant).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "alice"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tenant-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: "User", Name: "alice"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		alice := env.s.ClientForUser(t, "alice")
+		// Everything alice can write in her namespace: a pod that claims
+		// the hidden label through the driver's annotation and sets a
+		// fake topology label, and a claim config asking for more labels.
+		pod := env.swapPod(ctx, alice, "alice-pod", "node-a",
+			map[string]string{labels.Zone: "fake-zone"},
+			map[string]string{labels.ManagedAnnotation: secretNode + "," + rackLabel, "dra.swap/node-label-allowlist": secretNode})
+		if _, err := alice.ResourceV1().ResourceClaims(tenant).Create(ctx, swapClaim("alice-config", "256Mi",
+			`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","nodeLabelAllowlist":["`+secretNode+`"]}`), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "unknown field") {
+			t.Errorf("a claim config naming labels: %v, want rejected as an unknown field", err)
+		}
+		bound := env.bind(ctx, pod, "node-a")
+		if _, ok := bound.Labels[secretNode]; ok {
+			t.Fatalf("the binding copied the non-allowlisted %s: %v", secretNode, bound.Labels)
+		}
+		env.waitForPodLabels(ctx, pod, map[string]*string{labels.Zone: ptr.To("zone-c"), secretNode: nil, rackLabel: ptr.To("r2")}, 5*time.Second)
+		time.Sleep(time.Second) // several reconciles later, still not there
+		p, err := env.client.CoreV1().Pods(tenant).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := p.Labels[secretNode]; ok {
+			t.Fatalf("pod got the non-allowlisted %s", secretNode)
+		}
+		// What configures the controller is out of alice's reach.
+		forbidden := map[string]error{}
+		_, forbidden["patch a node's labels"] = alice.CoreV1().Nodes().Patch(ctx, "node-a", apitypes.MergePatchType, []byte(`{"metadata":{"labels":{"`+rackLabel+`":"x"}}}`), metav1.PatchOptions{})
+		_, forbidden["change the webhook configuration"] = alice.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhook.ConfigurationName}}, metav1.UpdateOptions{})
+		_, forbidden["read the webhook secret"] = alice.CoreV1().Secrets("kube-system").Get(ctx, "dra-swap-controller-webhook-tls", metav1.GetOptions{})
+		_, forbidden["publish a ResourceSlice"] = alice.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+		for what, err := range forbidden {
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("alice could %s: %v", what, err)
+			}
+		}
+	})
+}
+
