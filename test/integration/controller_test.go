@@ -625,4 +625,3 @@ func TestController(t *testing.T) {
 		}
 	})
 }
-
