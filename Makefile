@@ -8,7 +8,7 @@ FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 
 GO_PACKAGES := ./api/... ./pkg/... ./cmd/...
-COMMANDS := dra-swap-kubeletplugin dra-swap-hook
+COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
 .PHONY: all build test unit integration e2e demo demo-down verify fuzz bench k8s-binaries deps clean
 

@@ -12,6 +12,7 @@ SWAP_SIZE_MIB="${SWAP_SIZE_MIB:-1024}"
 ETCD_PORT="${ETCD_PORT:-23790}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-23800}"
 API_PORT="${API_PORT:-26443}"
+WEBHOOK_PORT="${WEBHOOK_PORT:-29443}"
 PKI="$CLUSTER_DIR/pki"
 LOGS="$CLUSTER_DIR/logs"
 PIDS="$CLUSTER_DIR/pids"
@@ -67,7 +68,7 @@ wait_for() {
 
 api() { curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://127.0.0.1:$API_PORT$1"; }
 
-COMPONENTS="dra-swap-kubeletplugin kubelet kube-scheduler kube-controller-manager kube-apiserver containerd etcd"
+COMPONENTS="dra-swap-controller dra-swap-kubeletplugin kubelet kube-scheduler kube-controller-manager kube-apiserver containerd etcd"
 
 # teardown: stops everything a run (also a killed one) left behind.
 teardown() {

@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 require_root
 begin=$SECONDS
-for b in kube-apiserver kube-controller-manager kube-scheduler kubelet containerd ctr containerd-shim-runc-v2 dra-swap-kubeletplugin dra-swap-hook e2e-clusterctl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet containerd ctr containerd-shim-runc-v2 dra-swap-kubeletplugin dra-swap-hook dra-swap-controller e2e-clusterctl; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run hack/cluster/build.sh"
 done
 teardown
@@ -59,10 +59,11 @@ KUBECONFIG=$CLUSTER_DIR/kubeconfig/admin.kubeconfig
 NODE_NAME=$NODE_NAME
 CONTAINERD_SOCK=$SOCK
 POD_LOGS_DIR=$CLUSTER_DIR/pod-logs
+WEBHOOK_URL=https://localhost:$WEBHOOK_PORT
 ENV
 
 # --- control plane
-for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT; do
+for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $WEBHOOK_PORT; do
 	if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then die "port $port on 127.0.0.1 is in use"; fi
 done
 log "etcd"

@@ -245,6 +245,18 @@ func (m *Manager) renew(data map[string][]byte) (map[string][]byte, []string, er
 		}
 		out[KeyCA] = bundle
 		out[KeyCAKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	} else if certs := parseCerts(data[KeyCA]); len(certs) > 1 {
+		// Drop CAs that have expired since a rotation kept them.
+		var bundle []byte
+		for _, c := range certs {
+			if now.Before(c.NotAfter) {
+				bundle = append(bundle, pemCert(c.Raw)...)
+			}
+		}
+		if !bytes.Equal(bundle, data[KeyCA]) {
+			changes = append(changes, "dropped expired CAs from the bundle")
+			out[KeyCA] = bundle
+		}
 	}
 	if why := m.servingProblem(out, caCert, now); why != "" || len(changes) > 0 {
 		if why == "" {

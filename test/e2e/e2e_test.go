@@ -414,3 +414,43 @@ func (c *env) hostSwapLimit(t *testing.T, p *corev1.Pod, container string) int64
 	}
 	return limit
 }
+
+// TestTopologyLabelsThroughDownwardAPI: the controller's binding webhook
+// puts the node's hostname and swap behavior on the pod in the write that
+// binds it, so Downward API environment variables see them when the
+// container starts (KEP-4742 through the driver).
+func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
+	node, err := c.Client.CoreV1().Nodes().Get(context.Background(), c.Node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBehavior := node.Labels["node.kubernetes.io/swap-behavior"]
+	if wantBehavior == "" {
+		t.Fatalf("node %s has no node.kubernetes.io/swap-behavior label: %v", c.Node, node.Labels)
+	}
+	pod := workloadPod(ns, "downward", map[string]string{"swap": "swap-64"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"})
+	fromLabel := func(name, label string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + label + "']"}}}
+	}
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env,
+		fromLabel("DOWNWARD_HOSTNAME", "kubernetes.io/hostname"),
+		fromLabel("DOWNWARD_SWAP_BEHAVIOR", "node.kubernetes.io/swap-behavior"),
+		fromLabel("DOWNWARD_ZONE", "topology.kubernetes.io/zone"))
+	pod = c.createPod(t, pod)
+	pod = c.waitPod(t, ns, pod.Name, "completion", podTimeout, finished)
+	if pod.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("phase %s, reason %s", pod.Status.Phase, terminatedReason(pod, "worker"))
+	}
+	r := c.report(t, pod, "worker", "START")
+	want := map[string]string{"DOWNWARD_HOSTNAME": node.Labels["kubernetes.io/hostname"], "DOWNWARD_SWAP_BEHAVIOR": wantBehavior, "DOWNWARD_ZONE": "zone-a"}
+	for k, v := range want {
+		if r.Downward[k] != v {
+			t.Errorf("%s=%q at container start, want %q (all: %v)", k, r.Downward[k], v, r.Downward)
+		}
+	}
+	t.Logf("at container start: %v", r.Downward)
+}

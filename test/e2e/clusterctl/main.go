@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/webhook"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 
@@ -63,12 +65,21 @@ func run(ctx context.Context, cmd string) error {
 		if _, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create DeviceClass: %w", err)
 		}
+		// The controller's webhooks, as the helm chart installs them; the
+		// controller injects its CA.
+		mutating, validating := webhook.Configurations(webhook.URLClientConfig(c.Env["WEBHOOK_URL"]))
+		if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create MutatingWebhookConfiguration: %w", err)
+		}
+		if _, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create ValidatingWebhookConfiguration: %w", err)
+		}
 		return poll(ctx, time.Minute, "the default ServiceAccount", func(ctx context.Context) (bool, error) {
 			_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 			return err == nil, nil
 		})
 	case "driver-ready":
-		return poll(ctx, 2*time.Minute, "the dra.swap ResourceSlice with a swap device", func(ctx context.Context) (bool, error) {
+		err := poll(ctx, 2*time.Minute, "the dra.swap ResourceSlice with a swap device", func(ctx context.Context) (bool, error) {
 			slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, nil
@@ -80,6 +91,17 @@ func run(ctx context.Context, cmd string) error {
 				}
 			}
 			return false, nil
+		})
+		if err != nil {
+			return err
+		}
+		return poll(ctx, 2*time.Minute, "the controller: swap-behavior node label and webhook CA injected", func(ctx context.Context) (bool, error) {
+			node, err := c.Client.CoreV1().Nodes().Get(ctx, c.Node, metav1.GetOptions{})
+			if err != nil || node.Labels[labels.SwapBehavior] == "" {
+				return false, nil
+			}
+			m, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+			return err == nil && len(m.Webhooks[0].ClientConfig.CABundle) > 0, nil
 		})
 	}
 	return fmt.Errorf("unknown command %q", cmd)

@@ -58,6 +58,14 @@ func emit(kind string, r report.Report) {
 // read reports the container's cgroup (its own root in the cgroup namespace).
 func read() report.Report {
 	r := report.Report{EnvSwapLimit: os.Getenv("DRA_SWAP_LIMIT_BYTES"), Files: map[string]string{}}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "DOWNWARD_") {
+			if r.Downward == nil {
+				r.Downward = map[string]string{}
+			}
+			r.Downward[k] = v
+		}
+	}
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		r.CgroupVersion = 2
 		dir := "/sys/fs/cgroup/"

@@ -11,6 +11,9 @@ type Report struct {
 	SwapUsageBytes   int64  `json:"swapUsageBytes"`
 	EnvSwapLimit     string `json:"envSwapLimit"`
 	CgroupVersion    int    `json:"cgroupVersion"`
+	// Downward holds the environment variables named DOWNWARD_*, which
+	// tests fill from the Downward API.
+	Downward map[string]string `json:"downward,omitempty"`
 	// Files holds the raw cgroup files the values came from.
 	Files map[string]string `json:"files,omitempty"`
 }
