@@ -47,6 +47,8 @@ func run(args []string) error {
 		nsSelector string
 		allowlist  []string
 		dnsNames   []string
+		qps        float32
+		burst      int
 	)
 	fs := pflag.NewFlagSet("dra-swap-controller", pflag.ContinueOnError)
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
@@ -56,6 +58,8 @@ func run(args []string) error {
 	fs.StringSliceVar(&allowlist, "node-label-allowlist", nil, "Extra Node label keys copied onto selected pods (comma-separated). Empty by default; only this flag widens it.")
 	fs.BoolVar(&cfg.RemoveWithoutDriver, "remove-node-labels-without-plugin", false,
 		"Remove node.kubernetes.io/swap-behavior and dra.swap/capacity from a node when the kubelet plugin no longer publishes for it. Off: the labels stay (as KEP-5425 keeps them on downgrade).")
+	fs.Float32Var(&qps, "kube-api-qps", 50, "Queries per second to the API server (label patches and reads).")
+	fs.IntVar(&burst, "kube-api-burst", 100, "Burst of queries to the API server.")
 	fs.IntVar(&cfg.Workers, "workers", 4, "Concurrent reconciles per reconciler.")
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "Elect a leader among replicas; only the leader reconciles and rotates the webhook certificate.")
 	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease (default $POD_NAMESPACE or kube-system).")
@@ -105,6 +109,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	restConfig.QPS, restConfig.Burst = qps, burst
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background()

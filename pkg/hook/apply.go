@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 )
 
 // Run is the whole hook: parse args and stdin, then apply or clean up.
@@ -35,24 +37,42 @@ func Run(args []string, stdin io.Reader) error {
 // Apply records the claim's share for the container and applies the sum of
 // the container's shares to its cgroup. Re-running it for the same claim
 // and container changes nothing.
+//
+// The outcome, applied or not, is left in a record for the kubelet plugin
+// to turn into an event on the pod (package podevents).
 func Apply(cfg Config, req Request, state *specs.State) error {
+	total, version, err := apply(cfg, req, state)
+	if r, ok := podevents.FromAnnotations(state.Annotations); ok {
+		r.LimitBytes, r.CgroupVersion, r.Time = total.SwapLimit, version, time.Now()
+		if err != nil {
+			r.Error = err.Error()
+		}
+		if werr := podevents.Write(cfg.StateDir, state.ID, r); werr != nil {
+			// The event is lost; the limit is not.
+			fmt.Fprintf(os.Stderr, "dra-swap-hook: container %s: %v\n", ContainerName(state), werr)
+		}
+	}
+	return err
+}
+
+func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, int, error) {
+	var total cgroupswap.Settings
 	name := ContainerName(state)
 	if state.Pid <= 0 {
-		return fmt.Errorf("container %s: OCI state has no process id (pid %d)", name, state.Pid)
+		return total, 0, fmt.Errorf("container %s: OCI state has no process id (pid %d)", name, state.Pid)
 	}
 	target, err := findCgroup(cfg, state, name)
 	if err != nil {
-		return err
+		return total, 0, err
 	}
 	dir := filepath.Join(cfg.StateDir, state.ID)
 	if err := record(dir, req.ClaimUID, req.Share); err != nil {
-		return fmt.Errorf("container %s: %w", name, err)
+		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
-	total, err := sum(dir)
-	if err != nil {
-		return fmt.Errorf("container %s: %w", name, err)
+	if total, err = sum(dir); err != nil {
+		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
-	return cgroupswap.Apply(target, total)
+	return total, target.Version, cgroupswap.Apply(target, total)
 }
 
 // Cleanup removes the container's records (poststop).

@@ -1,11 +1,14 @@
 package hook
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 )
 
 const (
@@ -63,7 +66,7 @@ func (n *node) args(extra ...string) []string {
 }
 
 func stateJSON(id string, pid int) string {
-	return fmt.Sprintf(`{"ociVersion":"1.2.0","id":%q,"status":"created","pid":%d,"bundle":"/run/bundle","annotations":{"io.kubernetes.cri.sandbox-namespace":"ns","io.kubernetes.cri.sandbox-name":"pod","io.kubernetes.cri.container-name":"worker"}}`, id, pid)
+	return fmt.Sprintf(`{"ociVersion":"1.2.0","id":%q,"status":"created","pid":%d,"bundle":"/run/bundle","annotations":{"io.kubernetes.cri.sandbox-namespace":"ns","io.kubernetes.cri.sandbox-name":"pod","io.kubernetes.cri.sandbox-uid":"0b5e7c1a-1111-4222-8333-444455556666","io.kubernetes.cri.container-name":"worker"}}`, id, pid)
 }
 
 func (n *node) run(args ...string) error {
@@ -305,5 +308,68 @@ func BenchmarkHookRun(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func readRecord(t *testing.T, n *node) podevents.Record {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(n.state, podevents.Dir, cid+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r podevents.Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestEventRecords(t *testing.T) {
+	tests := []struct {
+		name      string
+		version   int
+		noLimit   bool
+		wantLimit int64
+		wantErr   string
+	}{
+		{name: "v1 applied", version: 1, wantLimit: 419430400},
+		{name: "v2 applied", version: 2, wantLimit: 419430400},
+		{name: "v1 without a memory limit", version: 1, noLimit: true, wantErr: "has no memory limit"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, tc.version)
+			n.t = t
+			if tc.noLimit {
+				writeFile(t, filepath.Join(n.dir, "memory.limit_in_bytes"), "9223372036854771712")
+			}
+			_ = n.run("--swap-limit=314572800", "--claim-uid="+claimA)
+			err := n.run("--swap-limit=104857600", "--claim-uid="+claimB)
+			if (err != nil) != (tc.wantErr != "") {
+				t.Fatalf("error = %v", err)
+			}
+			r := readRecord(t, n)
+			if r.Namespace != "ns" || r.Pod != "pod" || r.Container != "worker" || r.PodUID == "" || r.Time.IsZero() {
+				t.Errorf("record identifies %+v", r)
+			}
+			if tc.wantErr != "" {
+				if !strings.Contains(r.Error, tc.wantErr) {
+					t.Errorf("record error %q, want %q", r.Error, tc.wantErr)
+				}
+				return
+			}
+			if r.Error != "" || r.LimitBytes != tc.wantLimit || r.CgroupVersion != tc.version {
+				t.Errorf("record %+v, want limit %d on v%d", r, tc.wantLimit, tc.version)
+			}
+		})
+	}
+	// A container without CRI annotations (not Kubernetes') leaves none.
+	n := newNode(t, 2)
+	n.t = t
+	if err := Run(n.args("--swap-limit=1048576", "--claim-uid="+claimA), strings.NewReader(fmt.Sprintf(`{"ociVersion":"1.2.0","id":%q,"status":"created","pid":%d,"bundle":"/run/bundle"}`, cid, pid))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(n.state, podevents.Dir)); !os.IsNotExist(err) {
+		t.Errorf("record written for a non-Kubernetes container: %v", err)
 	}
 }

@@ -19,13 +19,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/prepare"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
 )
@@ -168,6 +171,15 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { publisher.Run(ctx, cfg.RescanInterval, trigger) })
+
+	// The hook's outcomes become events on the pods.
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("start event recording: %w", err)
+	}
+	defer broadcaster.Shutdown()
+	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)}
+	wg.Go(func() { emitter.Run(ctx, time.Second) })
 	if cfg.MetricsAddress != "" {
 		stop, err := serveHTTP(ctx, cfg.MetricsAddress, metrics.Handler(), readiness(helper))
 		if err != nil {

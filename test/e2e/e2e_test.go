@@ -48,6 +48,7 @@ func TestSwapClaimPreventsOOM(t *testing.T) {
 		t.Errorf("the container used no swap (usage %d) although 200MiB exceeded its 128Mi memory limit", r.SwapUsageBytes)
 	}
 	t.Logf("with claim: swap limit %d, swap used %d", r.SwapLimitBytes, r.SwapUsageBytes)
+	c.waitEvent(t, with, corev1.EventTypeNormal, "SwapApplied", `Swap limit 300Mi applied to container "worker" on node "`+c.node+`"`)
 
 	without = c.waitPod(t, ns, without.Name, "completion", podTimeout, finished)
 	if reason := terminatedReason(without, "worker"); without.Status.Phase != corev1.PodFailed || reason != "OOMKilled" {
@@ -109,6 +110,31 @@ func TestQoSClasses(t *testing.T) {
 	msg := c.podMessages(t, bestEffort)
 	if !strings.Contains(msg, "has no memory limit") || !strings.Contains(msg, "best-effort") {
 		t.Errorf("BestEffort pod on cgroup v1: want a failure naming the container and the missing memory limit, got:\n%s", msg)
+	}
+	c.waitEvent(t, bestEffort, corev1.EventTypeWarning, "SwapNotApplied", "has no memory limit")
+}
+
+// waitEvent waits for the driver's event on the pod (events.k8s.io,
+// which the core Events API also shows).
+func (c *env) waitEvent(t *testing.T, p *corev1.Pod, eventType, reason, text string) {
+	t.Helper()
+	var seen []string
+	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := c.client.EventsV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + p.Name})
+		if err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, e := range list.Items {
+			seen = append(seen, e.Type+" "+e.Reason+": "+e.Note)
+			if e.Type == eventType && e.Reason == reason && strings.Contains(e.Note, text) && e.Regarding.UID == p.UID {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("pod %s: no %s %s event containing %q; events: %q", p.Name, eventType, reason, text, seen)
 	}
 }
 

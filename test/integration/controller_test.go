@@ -45,7 +45,7 @@ const (
 // controllerEnv is a real apiserver with the controller running against
 // it and its webhooks registered through real webhook configurations.
 type controllerEnv struct {
-	t       *testing.T
+	t       testing.TB
 	s       *framework.APIServer
 	client  kubernetes.Interface
 	webhook string // https://localhost:PORT
