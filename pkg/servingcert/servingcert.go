@@ -1,62 +1,104 @@
 // Package servingcert keeps the webhook server's TLS certificate: a
 // self-signed CA and a serving certificate stored in one Secret, so every
-// replica serves the same certificate, with the CA injected into the
-// webhook configurations' caBundle. The leader creates and rotates them;
-// the other replicas only load them. A rotated CA is appended to the
-// bundle, not swapped in, so the API server trusts both while replicas
-// move to the new certificate.
+// replica serves the same certificate, with the CA bundle injected into
+// the webhook configurations' caBundle.
+//
+// The leader calls Ensure, which creates, repairs and rotates what is in
+// the Secret; the other replicas call Load, which only reads it. A CA is
+// rotated in two steps so that the API server never meets a serving
+// certificate it does not trust: first the new CA is put in front of the
+// old one in ca.crt and injected, with the serving certificate left as it
+// is; once every configured webhook trusts the new CA, a later Ensure
+// issues a serving certificate signed by it. The old CA stays in the
+// bundle until it expires.
 package servingcert
 
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"slices"
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 )
 
 // Secret keys.
 const (
-	KeyCert   = corev1.TLSCertKey       // tls.crt: the serving certificate
-	KeyKey    = corev1.TLSPrivateKeyKey // tls.key
-	KeyCA     = "ca.crt"                // the CA bundle (newest first)
-	KeyCAKey  = "ca.key"                // the newest CA's key
-	ownerName = "dra-swap-controller"
+	KeyCert  = corev1.TLSCertKey       // tls.crt: the serving certificate (PEM)
+	KeyKey   = corev1.TLSPrivateKeyKey // tls.key: its private key (PEM)
+	KeyCA    = "ca.crt"                // the CA bundle (PEM, newest CA first)
+	KeyCAKey = "ca.key"                // the private key of the CA that signs (PEM)
+)
+
+// Defaults of Options.
+const (
+	DefaultCAValidity   = 5 * 365 * 24 * time.Hour
+	DefaultCertValidity = 365 * 24 * time.Hour
+	DefaultRenewBefore  = 30 * 24 * time.Hour
+)
+
+const (
+	// fieldManager names this package in the objects it writes.
+	fieldManager = "dra-swap-controller"
+	// writeAttempts bounds how often Ensure starts over after another
+	// replica wrote the Secret first.
+	writeAttempts = 5
+	// backdate is how far before "now" certificates become valid, for
+	// clocks that lag behind.
+	backdate = time.Hour
 )
 
 // Options configure a Manager.
 type Options struct {
+	// SecretNamespace and SecretName name the Secret (type
+	// kubernetes.io/tls) that holds the CA and the serving certificate
+	// under KeyCert, KeyKey, KeyCA and KeyCAKey.
 	SecretNamespace, SecretName string
-	// DNSNames are the serving certificate's names.
+	// DNSNames are the names the serving certificate is valid for, e.g.
+	// "dra-swap-controller.kube-system.svc" and "localhost". The first
+	// one is also its common name.
 	DNSNames []string
-	// Webhook configurations whose every caBundle is kept current.
+	// MutatingWebhookConfigurations and ValidatingWebhookConfigurations
+	// name the configurations whose every webhook's clientConfig.caBundle
+	// is kept equal to ca.crt.
 	MutatingWebhookConfigurations   []string
 	ValidatingWebhookConfigurations []string
-	// CAValidity (5 years), CertValidity (1 year) and RenewBefore (30
-	// days): the serving certificate is renewed RenewBefore its end, the
-	// CA max(RenewBefore, CertValidity) before its end.
-	CAValidity, CertValidity, RenewBefore time.Duration
+	// CAValidity is how long a new CA is valid (DefaultCAValidity).
+	CAValidity time.Duration
+	// CertValidity is how long a new serving certificate is valid
+	// (DefaultCertValidity).
+	CertValidity time.Duration
+	// RenewBefore: a serving certificate is renewed when it expires
+	// within RenewBefore (DefaultRenewBefore), the CA when it expires
+	// within max(RenewBefore, CertValidity), so that a new CA's first
+	// serving certificate could still outlive the old CA.
+	RenewBefore time.Duration
 	// Now is the clock (time.Now).
 	Now func() time.Time
 }
 
-// Manager keeps the certificate. It is safe for concurrent use.
+// Manager keeps the serving certificate. It is safe for concurrent use.
 type Manager struct {
 	client kubernetes.Interface
 	opts   Options
@@ -66,113 +108,148 @@ type Manager struct {
 	bundle []byte
 }
 
-// New checks the options and fills in defaults.
+// New checks the options, fills in defaults and returns a Manager that
+// has nothing loaded yet.
 func New(client kubernetes.Interface, opts Options) (*Manager, error) {
+	if client == nil {
+		return nil, errors.New("servingcert: no Kubernetes client")
+	}
 	if opts.SecretNamespace == "" || opts.SecretName == "" {
-		return nil, errors.New("the certificate Secret needs a namespace and a name")
+		return nil, fmt.Errorf("servingcert: the certificate Secret needs a namespace and a name, got %q/%q", opts.SecretNamespace, opts.SecretName)
 	}
 	if len(opts.DNSNames) == 0 {
-		return nil, errors.New("the serving certificate needs at least one DNS name")
+		return nil, fmt.Errorf("servingcert: Secret %s/%s: the serving certificate needs at least one DNS name", opts.SecretNamespace, opts.SecretName)
+	}
+	if i := slices.Index(opts.DNSNames, ""); i >= 0 {
+		return nil, fmt.Errorf("servingcert: Secret %s/%s: DNS name %d is empty", opts.SecretNamespace, opts.SecretName, i)
+	}
+	for _, names := range [][]string{opts.MutatingWebhookConfigurations, opts.ValidatingWebhookConfigurations} {
+		if slices.Contains(names, "") {
+			return nil, fmt.Errorf("servingcert: Secret %s/%s: a webhook configuration name is empty", opts.SecretNamespace, opts.SecretName)
+		}
 	}
 	if opts.CAValidity <= 0 {
-		opts.CAValidity = 5 * 365 * 24 * time.Hour
+		opts.CAValidity = DefaultCAValidity
 	}
 	if opts.CertValidity <= 0 {
-		opts.CertValidity = 365 * 24 * time.Hour
+		opts.CertValidity = DefaultCertValidity
 	}
 	if opts.RenewBefore <= 0 {
-		opts.RenewBefore = 30 * 24 * time.Hour
+		opts.RenewBefore = DefaultRenewBefore
 	}
 	if opts.RenewBefore >= opts.CertValidity || max(opts.RenewBefore, opts.CertValidity) >= opts.CAValidity {
-		return nil, fmt.Errorf("validity periods do not leave room for renewal: CA %v, certificate %v, renew %v before the end", opts.CAValidity, opts.CertValidity, opts.RenewBefore)
+		return nil, fmt.Errorf("servingcert: Secret %s/%s: validity periods leave no room for renewal: CA %v, serving certificate %v, renewed %v before the end",
+			opts.SecretNamespace, opts.SecretName, opts.CAValidity, opts.CertValidity, opts.RenewBefore)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	// The Manager keeps its own copies, so that the caller cannot change
+	// them under a running Ensure.
+	opts.DNSNames = slices.Clone(opts.DNSNames)
+	opts.MutatingWebhookConfigurations = slices.Clone(opts.MutatingWebhookConfigurations)
+	opts.ValidatingWebhookConfigurations = slices.Clone(opts.ValidatingWebhookConfigurations)
 	return &Manager{client: client, opts: opts}, nil
 }
 
 func (m *Manager) secretRef() string { return m.opts.SecretNamespace + "/" + m.opts.SecretName }
 
-// GetCertificate is for tls.Config.GetCertificate.
+// GetCertificate is for tls.Config.GetCertificate. It fails until Ensure
+// or Load has succeeded once.
 func (m *Manager) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.cert == nil {
-		return nil, fmt.Errorf("no serving certificate loaded yet from Secret %s", m.secretRef())
+		return nil, fmt.Errorf("no webhook serving certificate loaded yet from Secret %s", m.secretRef())
 	}
 	return m.cert, nil
 }
 
-// CABundle returns the loaded PEM CA bundle.
+// CABundle returns the PEM CA bundle loaded with the serving certificate,
+// nil before the first load.
 func (m *Manager) CABundle() []byte {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return slices.Clone(m.bundle)
 }
 
-// Run calls Ensure (leader) or Load every interval until ctx ends;
-// until the first success it retries every second.
+// Run calls Ensure (when leader) or Load every interval until ctx ends,
+// logging errors. Until the first success it retries every second at
+// the latest, so that a replica starts serving soon.
 func (m *Manager) Run(ctx context.Context, interval time.Duration, leader bool) {
 	logger := klog.FromContext(ctx).WithValues("secret", m.secretRef(), "leader", leader)
+	ctx = klog.NewContext(ctx, logger)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	ok := false
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
 		var err error
 		if leader {
 			err = m.Ensure(ctx)
 		} else {
 			err = m.Load(ctx)
 		}
-		if err != nil {
-			logger.Error(err, "Webhook serving certificate not ready")
+		if err != nil && ctx.Err() == nil {
+			logger.Error(err, "Webhook serving certificate not up to date")
 		}
 		ok = ok || err == nil
 		wait := interval
 		if !ok {
 			wait = min(interval, time.Second)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
+		timer.Reset(wait)
 	}
 }
 
-// Load reads the Secret and loads the certificate, writing nothing.
+// Load reads the Secret and loads the serving certificate and CA bundle,
+// writing nothing. A Secret that is missing, malformed or whose serving
+// certificate does not verify against its own ca.crt is an error, and
+// what was loaded before stays.
 func (m *Manager) Load(ctx context.Context) error {
 	s, err := m.client.CoreV1().Secrets(m.opts.SecretNamespace).Get(ctx, m.opts.SecretName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read webhook certificate Secret %s: %w", m.secretRef(), err)
 	}
 	if err := m.load(s.Data); err != nil {
-		return fmt.Errorf("webhook certificate Secret %s: %w", m.secretRef(), err)
+		return fmt.Errorf("load webhook certificate from Secret %s: %w", m.secretRef(), err)
 	}
 	return nil
 }
 
+// load checks data as Load does and keeps it.
 func (m *Manager) load(data map[string][]byte) error {
-	cert, err := tls.X509KeyPair(data[KeyCert], data[KeyKey])
+	cas, err := parseBundle(data[KeyCA])
 	if err != nil {
-		return fmt.Errorf("%s and %s: %w", KeyCert, KeyKey, err)
+		return err
 	}
-	if len(data[KeyCA]) == 0 {
-		return fmt.Errorf("%s is empty", KeyCA)
+	pair, _, _, err := m.checkServing(data, cas, m.opts.Now())
+	if err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.cert = &cert
+	m.cert = pair
 	m.bundle = slices.Clone(data[KeyCA])
 	return nil
 }
 
-// Ensure creates or rotates what is due, stores it in the Secret (racing
-// replicas retry on conflicts), loads it and injects the CA bundle.
+// Ensure makes the Secret hold a valid CA and a serving certificate for
+// the DNS names, creating the Secret when it is missing and replacing
+// whatever is malformed or due; loads them; and injects ca.crt into the
+// configured webhook configurations, where it differs. When another
+// replica writes the Secret first, Ensure starts over from what it
+// wrote. A configuration that does not exist is logged and skipped.
 func (m *Manager) Ensure(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("secret", m.secretRef())
+	ctx = klog.NewContext(ctx, logger)
 	secrets := m.client.CoreV1().Secrets(m.opts.SecretNamespace)
 	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
+	for range writeAttempts {
 		s, err := secrets.Get(ctx, m.opts.SecretName, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("read webhook certificate Secret %s: %w", m.secretRef(), err)
@@ -182,88 +259,105 @@ func (m *Manager) Ensure(ctx context.Context) error {
 		if exists {
 			current = s.Data
 		}
-		data, changes, err := m.renew(current)
+		data, changes, err := m.plan(ctx, current)
 		if err != nil {
-			return fmt.Errorf("renew webhook certificate: %w", err)
+			return fmt.Errorf("renew webhook certificate in Secret %s: %w", m.secretRef(), err)
 		}
 		if len(changes) > 0 {
-			logger.Info("Writing webhook certificate", "changes", changes)
+			logger.Info("Writing webhook certificate Secret", "created", !exists, "changes", changes)
 			if exists {
 				s.Data = data
-				_, err = secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: ownerName})
+				_, err = secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: fieldManager})
 			} else {
 				_, err = secrets.Create(ctx, &corev1.Secret{
-					ObjectMeta: metav1.ObjectMeta{Name: m.opts.SecretName, Namespace: m.opts.SecretNamespace,
-						Labels: map[string]string{"app.kubernetes.io/managed-by": ownerName}},
+					ObjectMeta: metav1.ObjectMeta{
+						Name:      m.opts.SecretName,
+						Namespace: m.opts.SecretNamespace,
+						Labels:    map[string]string{"app.kubernetes.io/managed-by": fieldManager},
+					},
 					Type: corev1.SecretTypeTLS,
 					Data: data,
-				}, metav1.CreateOptions{FieldManager: ownerName})
+				}, metav1.CreateOptions{FieldManager: fieldManager})
 			}
-			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			// Another replica created, updated or deleted it in the
+			// meantime: start over from what is there now.
+			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || (exists && apierrors.IsNotFound(err)) {
+				logger.V(2).Info("Webhook certificate Secret changed concurrently, reading it again", "err", err)
 				lastErr = err
-				continue // another replica wrote it: start over from its data
+				continue
 			}
 			if err != nil {
 				return fmt.Errorf("write webhook certificate Secret %s: %w", m.secretRef(), err)
 			}
 		}
 		if err := m.load(data); err != nil {
-			return fmt.Errorf("load the certificate just written to %s: %w", m.secretRef(), err)
+			return fmt.Errorf("load the webhook certificate just renewed in Secret %s: %w", m.secretRef(), err)
 		}
 		return m.inject(ctx, data[KeyCA])
 	}
-	return fmt.Errorf("write webhook certificate Secret %s: gave up after repeated conflicts: %w", m.secretRef(), lastErr)
+	return fmt.Errorf("write webhook certificate Secret %s: gave up after %d concurrent changes: %w", m.secretRef(), writeAttempts, lastErr)
 }
 
-// renew returns the Secret data with what is missing, invalid or due
-// replaced, and what it changed (nil: nothing).
-func (m *Manager) renew(data map[string][]byte) (map[string][]byte, []string, error) {
+// plan returns the Secret data with what is missing, malformed or due
+// replaced, and a description of each change (none: nothing to write).
+func (m *Manager) plan(ctx context.Context, data map[string][]byte) (map[string][]byte, []string, error) {
 	now := m.opts.Now()
-	var changes []string
-	out := map[string][]byte{}
-	for k, v := range data {
-		out[k] = v
+	out := maps.Clone(data)
+	if out == nil {
+		out = map[string][]byte{}
 	}
-	caCert, caKey, why := m.currentCA(data, now)
-	if why != "" {
-		changes = append(changes, "new CA: "+why)
-		var err error
-		if caCert, caKey, err = newCA(now, m.opts.CAValidity); err != nil {
+	var changes []string
+
+	// The CAs worth keeping: those that parse, are CAs and have not
+	// expired. Anything else in ca.crt is dropped.
+	cas := usableCAs(data[KeyCA], now)
+	ca, caKey, err := m.signingCA(cas, data[KeyCAKey], now)
+	rotated := err != nil
+	if rotated {
+		changes = append(changes, "new CA: "+err.Error())
+		if ca, caKey, err = newCA(now, m.opts.CAValidity); err != nil {
 			return nil, nil, err
 		}
-		bundle := pemCert(caCert.Raw)
-		// Keep the older CAs that are still valid, so the serving
-		// certificate they signed stays trusted until replicas reload.
-		for _, old := range parseCerts(data[KeyCA]) {
-			if now.Before(old.NotAfter) && !old.Equal(caCert) {
-				bundle = append(bundle, pemCert(old.Raw)...)
-			}
-		}
-		keyDER, err := x509.MarshalECPrivateKey(caKey)
+		keyPEM, err := encodeKey(caKey)
 		if err != nil {
 			return nil, nil, fmt.Errorf("encode CA key: %w", err)
 		}
-		out[KeyCA] = bundle
-		out[KeyCAKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	} else if certs := parseCerts(data[KeyCA]); len(certs) > 1 {
-		// Drop CAs that have expired since a rotation kept them.
-		var bundle []byte
-		for _, c := range certs {
-			if now.Before(c.NotAfter) {
-				bundle = append(bundle, pemCert(c.Raw)...)
-			}
+		// The old CAs stay behind the new one until they expire, so
+		// that serving certificates they signed stay trusted.
+		cas = append([]*x509.Certificate{ca}, cas...)
+		out[KeyCAKey] = keyPEM
+	}
+	if bundle := encodeCerts(cas); !bytes.Equal(bundle, data[KeyCA]) {
+		if !rotated {
+			changes = append(changes, "dropped expired or unreadable certificates from "+KeyCA)
 		}
-		if !bytes.Equal(bundle, data[KeyCA]) {
-			changes = append(changes, "dropped expired CAs from the bundle")
-			out[KeyCA] = bundle
+		out[KeyCA] = bundle
+	}
+
+	_, leaf, issuer, err := m.checkServing(out, cas, now)
+	reason := ""
+	switch {
+	case err != nil:
+		reason = err.Error()
+	case !now.Before(leaf.NotAfter.Add(-m.opts.RenewBefore)):
+		reason = "it expires " + leaf.NotAfter.UTC().Format(time.RFC3339)
+	case !issuer.Equal(ca) && rotated:
+		// Keep it until the webhooks trust the new CA (a later Ensure).
+		klog.FromContext(ctx).V(2).Info("Keeping the serving certificate signed by the old CA until the new CA is injected")
+	case !issuer.Equal(ca):
+		published, err := m.published(ctx, ca)
+		if err != nil {
+			return nil, nil, err
+		}
+		if published {
+			reason = "it is signed by an older CA and every webhook trusts the new one"
+		} else {
+			klog.FromContext(ctx).V(2).Info("Keeping the serving certificate signed by the old CA until the new CA is injected")
 		}
 	}
-	if why := m.servingProblem(out, caCert, now); why != "" || len(changes) > 0 {
-		if why == "" {
-			why = "signed by the old CA"
-		}
-		changes = append(changes, "new serving certificate: "+why)
-		certPEM, keyPEM, err := newServing(now, m.opts.CertValidity, m.opts.DNSNames, caCert, caKey)
+	if reason != "" {
+		changes = append(changes, "new serving certificate: "+reason)
+		certPEM, keyPEM, err := newServing(now, m.opts.CertValidity, m.opts.DNSNames, ca, caKey)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -272,108 +366,212 @@ func (m *Manager) renew(data map[string][]byte) (map[string][]byte, []string, er
 	return out, changes, nil
 }
 
-// currentCA returns the bundle's first CA if its key is ca.key and it is
-// not due for renewal, or why not.
-func (m *Manager) currentCA(data map[string][]byte, now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, string) {
-	certs := parseCerts(data[KeyCA])
-	if len(certs) == 0 {
-		return nil, nil, "no CA certificate"
+// signingCA returns the CA in cas whose key keyPEM is, or an error saying
+// why there is none that can still sign.
+func (m *Manager) signingCA(cas []*x509.Certificate, keyPEM []byte, now time.Time) (*x509.Certificate, crypto.Signer, error) {
+	if len(cas) == 0 {
+		return nil, nil, fmt.Errorf("%s holds no valid CA certificate", KeyCA)
 	}
-	block, _ := pem.Decode(data[KeyCAKey])
-	if block == nil {
-		return nil, nil, "no CA key"
-	}
-	key, err := x509.ParseECPrivateKey(block.Bytes)
+	key, err := parseKey(keyPEM)
 	if err != nil {
-		return nil, nil, "CA key unreadable: " + err.Error()
+		return nil, nil, fmt.Errorf("%s: %w", KeyCAKey, err)
 	}
-	ca := certs[0]
-	pub, ok := ca.PublicKey.(*ecdsa.PublicKey)
-	if !ok || !pub.Equal(key.Public()) || !ca.IsCA {
-		return nil, nil, "CA certificate does not match its key"
+	i := slices.IndexFunc(cas, func(c *x509.Certificate) bool { return samePublicKey(c.PublicKey, key.Public()) })
+	if i < 0 {
+		return nil, nil, fmt.Errorf("%s does not belong to any CA in %s", KeyCAKey, KeyCA)
+	}
+	ca := cas[i]
+	if ca.KeyUsage != 0 && ca.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, nil, fmt.Errorf("CA %q may not sign certificates", ca.Subject.CommonName)
 	}
 	if renewAt := ca.NotAfter.Add(-max(m.opts.RenewBefore, m.opts.CertValidity)); !now.Before(renewAt) {
-		return nil, nil, fmt.Sprintf("CA expires %s", ca.NotAfter.Format(time.RFC3339))
+		return nil, nil, fmt.Errorf("CA %q expires %s", ca.Subject.CommonName, ca.NotAfter.UTC().Format(time.RFC3339))
 	}
-	return ca, key, ""
+	return ca, key, nil
 }
 
-// servingProblem says why the serving certificate must be replaced, ""
-// when it is fine.
-func (m *Manager) servingProblem(data map[string][]byte, ca *x509.Certificate, now time.Time) string {
-	pair, err := tls.X509KeyPair(data[KeyCert], data[KeyKey])
+// checkServing parses the serving certificate and key in data and checks
+// that they belong together, name every DNS name and verify at now
+// against one of cas, which it returns as issuer.
+func (m *Manager) checkServing(data map[string][]byte, cas []*x509.Certificate, now time.Time) (pair *tls.Certificate, leaf, issuer *x509.Certificate, err error) {
+	p, err := tls.X509KeyPair(data[KeyCert], data[KeyKey])
 	if err != nil {
-		return "unreadable: " + err.Error()
+		return nil, nil, nil, fmt.Errorf("serving certificate %s and key %s: %w", KeyCert, KeyKey, err)
 	}
-	leaf, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil {
-		return "unreadable: " + err.Error()
-	}
-	if err := leaf.CheckSignatureFrom(ca); err != nil {
-		return "not signed by the current CA"
+	if leaf = p.Leaf; leaf == nil {
+		if leaf, err = x509.ParseCertificate(p.Certificate[0]); err != nil {
+			return nil, nil, nil, fmt.Errorf("serving certificate %s: %w", KeyCert, err)
+		}
 	}
 	for _, name := range m.opts.DNSNames {
-		if !slices.Contains(leaf.DNSNames, name) {
-			return "does not name " + name
+		if err := leaf.VerifyHostname(name); err != nil {
+			return nil, nil, nil, fmt.Errorf("serving certificate %s is not valid for %q: names %q", KeyCert, name, leaf.DNSNames)
 		}
 	}
-	if !now.Before(leaf.NotAfter.Add(-m.opts.RenewBefore)) {
-		return fmt.Sprintf("expires %s", leaf.NotAfter.Format(time.RFC3339))
+	roots := x509.NewCertPool()
+	for _, ca := range cas {
+		roots.AddCert(ca)
 	}
-	return ""
+	intermediates := x509.NewCertPool()
+	for _, der := range p.Certificate[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			intermediates.AddCert(c)
+		}
+	}
+	chains, err := leaf.Verify(x509.VerifyOptions{
+		Roots:         roots,
+		Intermediates: intermediates,
+		CurrentTime:   now,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("serving certificate %s does not verify against the CAs in %s: %w", KeyCert, KeyCA, err)
+	}
+	p.Leaf = leaf
+	return &p, leaf, chains[0][len(chains[0])-1], nil
 }
 
-// inject sets caBundle on every webhook of the configured configurations.
-func (m *Manager) inject(ctx context.Context, bundle []byte) error {
-	logger := klog.FromContext(ctx)
+// webhookTarget is one webhook configuration whose caBundles are kept.
+type webhookTarget struct {
+	kind, name string
+	// get reads the configuration and returns pointers into its
+	// webhooks' client configurations and a function that writes the
+	// configuration back.
+	get func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error)
+}
+
+func (m *Manager) targets() []webhookTarget {
 	api := m.client.AdmissionregistrationV1()
+	update := metav1.UpdateOptions{FieldManager: fieldManager}
+	var out []webhookTarget
 	for _, name := range m.opts.MutatingWebhookConfigurations {
-		c, err := api.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			logger.Info("MutatingWebhookConfiguration not found; its CA is injected once it exists", "name", name)
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("read MutatingWebhookConfiguration %s: %w", name, err)
-		}
-		changed := false
-		for i := range c.Webhooks {
-			if !bytes.Equal(c.Webhooks[i].ClientConfig.CABundle, bundle) {
-				c.Webhooks[i].ClientConfig.CABundle, changed = bundle, true
-			}
-		}
-		if changed {
-			if _, err := api.MutatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: ownerName}); err != nil {
-				return fmt.Errorf("inject CA into MutatingWebhookConfiguration %s: %w", name, err)
-			}
-			logger.Info("Injected CA bundle", "mutatingWebhookConfiguration", name)
-		}
+		out = append(out, webhookTarget{kind: "MutatingWebhookConfiguration", name: name,
+			get: func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error) {
+				c, err := api.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return nil, nil, err
+				}
+				var ccs []*admissionregistrationv1.WebhookClientConfig
+				for i := range c.Webhooks {
+					ccs = append(ccs, &c.Webhooks[i].ClientConfig)
+				}
+				return ccs, func(ctx context.Context) error {
+					_, err := api.MutatingWebhookConfigurations().Update(ctx, c, update)
+					return err
+				}, nil
+			}})
 	}
 	for _, name := range m.opts.ValidatingWebhookConfigurations {
-		c, err := api.ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+		out = append(out, webhookTarget{kind: "ValidatingWebhookConfiguration", name: name,
+			get: func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error) {
+				c, err := api.ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return nil, nil, err
+				}
+				var ccs []*admissionregistrationv1.WebhookClientConfig
+				for i := range c.Webhooks {
+					ccs = append(ccs, &c.Webhooks[i].ClientConfig)
+				}
+				return ccs, func(ctx context.Context) error {
+					_, err := api.ValidatingWebhookConfigurations().Update(ctx, c, update)
+					return err
+				}, nil
+			}})
+	}
+	return out
+}
+
+// inject sets caBundle to bundle on every webhook of the configured
+// configurations where it differs, retrying on conflicts. A missing
+// configuration is skipped; the other errors are returned together.
+func (m *Manager) inject(ctx context.Context, bundle []byte) error {
+	logger := klog.FromContext(ctx)
+	var errs []error
+	for _, t := range m.targets() {
+		updated := false
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			ccs, update, err := t.get(ctx)
+			if err != nil {
+				return err
+			}
+			changed := false
+			for _, cc := range ccs {
+				if !bytes.Equal(cc.CABundle, bundle) {
+					cc.CABundle = slices.Clone(bundle)
+					changed = true
+				}
+			}
+			if !changed {
+				return nil
+			}
+			if err := update(ctx); err != nil {
+				return err
+			}
+			updated = true
+			return nil
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			logger.Info("Webhook configuration not found, CA bundle not injected yet", "kind", t.kind, "name", t.name)
+		case err != nil:
+			errs = append(errs, fmt.Errorf("inject CA bundle of Secret %s into %s %s: %w", m.secretRef(), t.kind, t.name, err))
+		case updated:
+			logger.Info("Injected CA bundle", "kind", t.kind, "name", t.name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// published tells whether every webhook of every configured
+// configuration that exists trusts ca.
+func (m *Manager) published(ctx context.Context, ca *x509.Certificate) (bool, error) {
+	for _, t := range m.targets() {
+		ccs, _, err := t.get(ctx)
 		if apierrors.IsNotFound(err) {
-			logger.Info("ValidatingWebhookConfiguration not found; its CA is injected once it exists", "name", name)
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("read ValidatingWebhookConfiguration %s: %w", name, err)
+			return false, fmt.Errorf("read %s %s: %w", t.kind, t.name, err)
 		}
-		changed := false
-		for i := range c.Webhooks {
-			if !bytes.Equal(c.Webhooks[i].ClientConfig.CABundle, bundle) {
-				c.Webhooks[i].ClientConfig.CABundle, changed = bundle, true
+		for _, cc := range ccs {
+			if !slices.ContainsFunc(parseCerts(cc.CABundle), ca.Equal) {
+				return false, nil
 			}
-		}
-		if changed {
-			if _, err := api.ValidatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: ownerName}); err != nil {
-				return fmt.Errorf("inject CA into ValidatingWebhookConfiguration %s: %w", name, err)
-			}
-			logger.Info("Injected CA bundle", "validatingWebhookConfiguration", name)
 		}
 	}
-	return nil
+	return true, nil
 }
 
+// parseBundle parses a PEM bundle strictly: it must hold at least one
+// certificate and nothing but certificates that parse.
+func parseBundle(bundle []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for rest := bundle; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			if len(bytes.TrimSpace(rest)) > 0 {
+				return nil, fmt.Errorf("%s holds data that is not PEM", KeyCA)
+			}
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("%s holds a PEM block of type %q, want CERTIFICATE", KeyCA, block.Type)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s certificate %d: %w", KeyCA, len(out), err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s holds no certificate", KeyCA)
+	}
+	return out, nil
+}
+
+// parseCerts returns the certificates in a PEM bundle that parse,
+// skipping everything else.
 func parseCerts(bundle []byte) []*x509.Certificate {
 	var out []*x509.Certificate
 	for {
@@ -391,31 +589,95 @@ func parseCerts(bundle []byte) []*x509.Certificate {
 	}
 }
 
-func pemCert(der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+// usableCAs returns the CA certificates in a PEM bundle that have not
+// expired at now, without duplicates, in their order.
+func usableCAs(bundle []byte, now time.Time) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, c := range parseCerts(bundle) {
+		if c.IsCA && now.Before(c.NotAfter) && !slices.ContainsFunc(out, c.Equal) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
-func serial() (*big.Int, error) {
+func encodeCerts(certs []*x509.Certificate) []byte {
+	var out []byte
+	for _, c := range certs {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	return out
+}
+
+func encodeKey(key crypto.Signer) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// parseKey parses a PEM private key in PKCS #8, SEC 1 (EC) or PKCS #1
+// (RSA) form.
+func parseKey(keyPEM []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(keyPEM)
+	if block == nil {
+		return nil, errors.New("no PEM private key")
+	}
+	var key any
+	var err error
+	switch block.Type {
+	case "PRIVATE KEY":
+		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(block.Bytes)
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+	default:
+		return nil, fmt.Errorf("PEM block of type %q is not a private key", block.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parse private key: %w", err)
+	}
+	switch k := key.(type) {
+	case *ecdsa.PrivateKey:
+		return k, nil
+	case *rsa.PrivateKey:
+		return k, nil
+	case ed25519.PrivateKey:
+		return k, nil
+	default:
+		return nil, fmt.Errorf("unsupported private key type %T", key)
+	}
+}
+
+func samePublicKey(a, b crypto.PublicKey) bool {
+	k, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && k.Equal(b)
+}
+
+func serialNumber() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 }
 
-func newCA(now time.Time, validity time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+func newCA(now time.Time, validity time.Duration) (*x509.Certificate, crypto.Signer, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate CA key: %w", err)
 	}
-	sn, err := serial()
+	sn, err := serialNumber()
 	if err != nil {
 		return nil, nil, fmt.Errorf("CA serial number: %w", err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          sn,
-		Subject:               pkix.Name{CommonName: "dra-swap-controller-ca@" + now.UTC().Format("20060102T150405Z")},
-		NotBefore:             now.Add(-time.Hour),
+		Subject:               pkix.Name{CommonName: fieldManager + "-ca@" + now.UTC().Format("20060102T150405Z")},
+		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.Add(validity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
+		MaxPathLenZero:        true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
@@ -423,17 +685,19 @@ func newCA(now time.Time, validity time.Duration) (*x509.Certificate, *ecdsa.Pri
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse CA certificate: %w", err)
+		return nil, nil, fmt.Errorf("parse new CA certificate: %w", err)
 	}
 	return cert, key, nil
 }
 
-func newServing(now time.Time, validity time.Duration, names []string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) ([]byte, []byte, error) {
+// newServing returns a PEM serving certificate for names signed by ca,
+// valid for validity but not beyond ca, and its PEM key.
+func newServing(now time.Time, validity time.Duration, names []string, ca *x509.Certificate, caKey crypto.Signer) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate serving key: %w", err)
 	}
-	sn, err := serial()
+	sn, err := serialNumber()
 	if err != nil {
 		return nil, nil, fmt.Errorf("serving certificate serial number: %w", err)
 	}
@@ -445,7 +709,7 @@ func newServing(now time.Time, validity time.Duration, names []string, ca *x509.
 		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: names[0]},
 		DNSNames:     names,
-		NotBefore:    now.Add(-time.Hour),
+		NotBefore:    now.Add(-backdate),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -454,9 +718,8 @@ func newServing(now time.Time, validity time.Duration, names []string, ca *x509.
 	if err != nil {
 		return nil, nil, fmt.Errorf("sign serving certificate: %w", err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
+	if keyPEM, err = encodeKey(key); err != nil {
 		return nil, nil, fmt.Errorf("encode serving key: %w", err)
 	}
-	return pemCert(der), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
 }

@@ -37,7 +37,7 @@ const (
 // API rate limit, not the reconciler, bounds the throughput.
 func BenchmarkReconcileLabels(b *testing.B) {
 	s := framework.StartAPIServer(b)
-	_, ctx := ktesting.NewTestContext(b)
+	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(b, ktesting.NewConfig(ktesting.Verbosity(0))))
 	ctrl.SetLogger(klog.Background())
 	fast := rest.CopyConfig(s.Config)
 	fast.QPS, fast.Burst = 1000, 2000
