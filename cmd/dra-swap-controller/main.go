@@ -15,15 +15,10 @@ import (
 
 	"github.com/spf13/pflag"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/component-base/featuregate"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register" // JSON log format
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/commandline"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/controller"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
 )
@@ -77,19 +72,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", ":8080", "Serve Prometheus metrics at http://ADDRESS/metrics; 0 disables.")
 	fs.StringVar(&cfg.HealthAddress, "health-address", ":8081", "Serve /healthz and /readyz; 0 disables.")
 
-	logConfig := logsapi.NewLoggingConfiguration()
-	gate := featuregate.NewFeatureGate()
-	utilruntime.Must(logsapi.AddFeatureGates(gate))
-	utilruntime.Must(gate.SetFromMap(map[string]bool{string(logsapi.ContextualLogging): true}))
-	logsapi.AddFlags(logConfig, fs)
-	fs.Var(gate, "feature-gates", "Logging feature gates: "+fmt.Sprint(gate.KnownFeatures()))
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	if err := logsapi.ValidateAndApply(logConfig, gate); err != nil {
+	if err := commandline.Parse(fs, args); err != nil {
 		return err
 	}
 	cfg.Policy = labels.Policy{Allowlist: trimmed(allowlist), Selection: labels.Selection(selection)}
@@ -105,7 +88,7 @@ func run(args []string) error {
 	}
 	cfg.Cert.DNSNames = trimmed(dnsNames)
 
-	restConfig, err := clientConfig(kubeconfig)
+	restConfig, err := commandline.RESTConfig(kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -126,19 +109,4 @@ func trimmed(in []string) []string {
 		}
 	}
 	return out
-}
-
-func clientConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		c, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster configuration (use --kubeconfig outside a cluster): %w", err)
-		}
-		return c, nil
-	}
-	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
-	}
-	return c, nil
 }

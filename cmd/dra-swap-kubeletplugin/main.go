@@ -13,16 +13,11 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/component-base/featuregate"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register" // JSON log format
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/commandline"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
@@ -65,19 +60,7 @@ func run(args []string) error {
 	fs.BoolVar(&o.cfg.AllowCriticalPods, "allow-critical-pods", false, "Let system-node-critical and system-cluster-critical pods use swap.")
 	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics and readiness (registered with the kubelet) at /readyz; disabled when empty.")
 
-	logConfig := logsapi.NewLoggingConfiguration()
-	gate := featuregate.NewFeatureGate()
-	utilruntime.Must(logsapi.AddFeatureGates(gate))
-	utilruntime.Must(gate.SetFromMap(map[string]bool{string(logsapi.ContextualLogging): true}))
-	logsapi.AddFlags(logConfig, fs)
-	fs.Var(gate, "feature-gates", "Logging feature gates: "+fmt.Sprint(gate.KnownFeatures()))
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	if err := logsapi.ValidateAndApply(logConfig, gate); err != nil {
+	if err := commandline.Parse(fs, args); err != nil {
 		return err
 	}
 	var err error
@@ -91,7 +74,7 @@ func run(args []string) error {
 		return fmt.Errorf("--default-request %s must be at least 1Mi", o.defaultRequest)
 	}
 
-	restConfig, err := clientConfig(o.kubeconfig)
+	restConfig, err := commandline.RESTConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -114,19 +97,4 @@ func parseBytes(flag, s string) (int64, error) {
 		return 0, fmt.Errorf("%s %q must not be negative", flag, s)
 	}
 	return q.Value(), nil
-}
-
-func clientConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		c, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster configuration (use --kubeconfig outside a cluster): %w", err)
-		}
-		return c, nil
-	}
-	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
-	}
-	return c, nil
 }
