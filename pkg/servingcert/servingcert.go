@@ -442,43 +442,50 @@ type webhookTarget struct {
 
 func (m *Manager) targets() []webhookTarget {
 	api := m.client.AdmissionregistrationV1()
-	update := metav1.UpdateOptions{FieldManager: fieldManager}
 	var out []webhookTarget
 	for _, name := range m.opts.MutatingWebhookConfigurations {
-		out = append(out, webhookTarget{kind: "MutatingWebhookConfiguration", name: name,
-			get: func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error) {
-				c, err := api.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return nil, nil, err
-				}
+		out = append(out, target("MutatingWebhookConfiguration", name, api.MutatingWebhookConfigurations(),
+			func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
 				var ccs []*admissionregistrationv1.WebhookClientConfig
 				for i := range c.Webhooks {
 					ccs = append(ccs, &c.Webhooks[i].ClientConfig)
 				}
-				return ccs, func(ctx context.Context) error {
-					_, err := api.MutatingWebhookConfigurations().Update(ctx, c, update)
-					return err
-				}, nil
-			}})
+				return ccs
+			}))
 	}
 	for _, name := range m.opts.ValidatingWebhookConfigurations {
-		out = append(out, webhookTarget{kind: "ValidatingWebhookConfiguration", name: name,
-			get: func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error) {
-				c, err := api.ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return nil, nil, err
-				}
+		out = append(out, target("ValidatingWebhookConfiguration", name, api.ValidatingWebhookConfigurations(),
+			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
 				var ccs []*admissionregistrationv1.WebhookClientConfig
 				for i := range c.Webhooks {
 					ccs = append(ccs, &c.Webhooks[i].ClientConfig)
 				}
-				return ccs, func(ctx context.Context) error {
-					_, err := api.ValidatingWebhookConfigurations().Update(ctx, c, update)
-					return err
-				}, nil
-			}})
+				return ccs
+			}))
 	}
 	return out
+}
+
+// configurationClient is what target needs of a typed webhook
+// configuration client.
+type configurationClient[C any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (C, error)
+	Update(ctx context.Context, c C, opts metav1.UpdateOptions) (C, error)
+}
+
+// target makes a webhookTarget of one configuration of either kind.
+func target[C any](kind, name string, client configurationClient[C], clientConfigs func(C) []*admissionregistrationv1.WebhookClientConfig) webhookTarget {
+	return webhookTarget{kind: kind, name: name,
+		get: func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error) {
+			c, err := client.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			return clientConfigs(c), func(ctx context.Context) error {
+				_, err := client.Update(ctx, c, metav1.UpdateOptions{FieldManager: fieldManager})
+				return err
+			}, nil
+		}}
 }
 
 // inject sets caBundle to bundle on every webhook of the configured
