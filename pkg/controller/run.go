@@ -11,7 +11,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -75,6 +77,9 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 		Scheme:                        clientgoscheme.Scheme,
 		Logger:                        logger,
 		Cache:                         CacheOptions(),
+		// One controller per process in production; tests and benchmarks
+		// run several, which controller-runtime's global name check forbids.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddress},
 		HealthProbeBindAddress:        cfg.HealthAddress,
 		LeaderElection:                cfg.LeaderElection,

@@ -1,9 +1,15 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	fakeclient "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -568,6 +575,85 @@ func TestController(t *testing.T) {
 			if tc.want == "" && len(got) > 0 || tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)) {
 				t.Errorf("%s: warnings %q, want %q", tc.claim.Name, got, tc.want)
 			}
+		}
+	})
+
+	t.Run("an admin-supplied certificate is served and reloaded", func(t *testing.T) {
+		env.t = t
+		dir := t.TempDir()
+		// Issue certificates the way cert-manager would leave them in a
+		// mounted Secret: tls.crt and tls.key, replaced on renewal.
+		issuer := fakeclient.NewClientset()
+		issue := func(names ...string) (certPEM, caPEM []byte) {
+			m, err := servingcert.New(issuer, servingcert.Options{SecretNamespace: "cm", SecretName: "tls", DNSNames: names})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Ensure(ctx); err != nil {
+				t.Fatal(err)
+			}
+			s, err := issuer.CoreV1().Secrets("cm").Get(ctx, "tls", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{"tls.crt", "tls.key"} {
+				if err := os.WriteFile(filepath.Join(dir, f+".new"), s.Data[f], 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(filepath.Join(dir, f+".new"), filepath.Join(dir, f)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return s.Data["tls.crt"], s.Data["ca.crt"]
+		}
+		first, ca := issue("localhost")
+		port := freePort(t)
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- controller.Run(cctx, rest.CopyConfig(env.s.Config), controller.Config{
+				Policy: labels.Policy{Selection: labels.SelectSwapClaims}, LeaderElection: true,
+				LeaderElectionNamespace: "kube-system", LeaderElectionID: "dra-swap-controller",
+				WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: dir, MetricsAddress: "0", HealthAddress: "0",
+			})
+		}()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("second controller: %v", err)
+			}
+		}()
+		served := func() []byte {
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(ca)
+			conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12})
+			if err != nil {
+				return nil
+			}
+			defer conn.Close()
+			return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: conn.ConnectionState().PeerCertificates[0].Raw})
+		}
+		waitServed := func(want []byte) {
+			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				return bytes.Equal(served(), want), nil
+			}); err != nil {
+				t.Fatalf("the webhook server does not serve the admin's certificate: %v", err)
+			}
+		}
+		waitServed(first)
+		// Renewal: new files, same CA; served without a restart.
+		renewed, _ := issue("localhost", "dra-swap-controller.dra-swap.svc")
+		if bytes.Equal(renewed, first) {
+			t.Fatal("the issuer did not renew")
+		}
+		waitServed(renewed)
+		// The admin's CA is not injected: the self-managed one stays.
+		m, err := env.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(m.Webhooks[0].ClientConfig.CABundle, ca) {
+			t.Error("a controller with --tls-cert-dir changed caBundle")
 		}
 	})
 
