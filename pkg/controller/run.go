@@ -74,12 +74,12 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 	}
 	leaseDuration, renewDeadline, retryPeriod := 15*time.Second, 10*time.Second, 2*time.Second
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                        clientgoscheme.Scheme,
-		Logger:                        logger,
-		Cache:                         CacheOptions(),
+		Scheme: clientgoscheme.Scheme,
+		Logger: logger,
+		Cache:  CacheOptions(),
 		// One controller per process in production; tests and benchmarks
 		// run several, which controller-runtime's global name check forbids.
-		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddress},
 		HealthProbeBindAddress:        cfg.HealthAddress,
 		LeaderElection:                cfg.LeaderElection,
