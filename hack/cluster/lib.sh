@@ -12,6 +12,8 @@ SWAP_SIZE_MIB="${SWAP_SIZE_MIB:-1024}"
 ETCD_PORT="${ETCD_PORT:-23790}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-23800}"
 API_PORT="${API_PORT:-26443}"
+# The kubelet's node IP: loopback here; a guest without a NIC uses a dummy interface.
+NODE_IP="${NODE_IP:-127.0.0.1}"
 WEBHOOK_PORT="${WEBHOOK_PORT:-29443}"
 PKI="$CLUSTER_DIR/pki"
 LOGS="$CLUSTER_DIR/logs"

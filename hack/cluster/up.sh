@@ -157,7 +157,7 @@ serializeImagePulls: false
 KCFG
 start kubelet "$BIN/kubelet" --config="$CLUSTER_DIR/kubelet/config.yaml" \
 	--kubeconfig="$CLUSTER_DIR/kubeconfig/kubelet.kubeconfig" --root-dir="$CLUSTER_DIR/kubelet" \
-	--cert-dir="$CLUSTER_DIR/kubelet/pki" --hostname-override="$NODE_NAME" --node-ip=127.0.0.1 -v=2
+	--cert-dir="$CLUSTER_DIR/kubelet/pki" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" -v=2
 "$BIN/e2e-clusterctl" node-ready || { "$REPO/hack/cluster/logs.sh" 30 >&2; die "the node did not become Ready"; }
 "$BIN/e2e-clusterctl" setup
 

@@ -13,10 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 
 // Timeouts for a real but small node.
@@ -50,6 +52,12 @@ func TestSwapClaimPreventsOOM(t *testing.T) {
 	t.Logf("with claim: swap limit %d, swap used %d", r.SwapLimitBytes, r.SwapUsageBytes)
 	c.waitEvent(t, with, corev1.EventTypeNormal, "SwapApplied", `Swap limit 300Mi applied to container "worker" on node "`+c.node+`"`)
 
+	// A pod without a claim gets no swap from the kubelet (NoSwap): v2
+	// memory.swap.max is 0 (a kubelet misplaced in the root cgroup would
+	// leave "max" and fail this), v1 memsw equals the memory limit.
+	if start := c.report(t, without, "worker", "START"); start.SwapLimitBytes != 0 {
+		t.Errorf("pod without a claim: swap limit %d (cgroup v%d, files %v), want 0", start.SwapLimitBytes, start.CgroupVersion, start.Files)
+	}
 	without = c.waitPod(t, ns, without.Name, "completion", podTimeout, finished)
 	if reason := terminatedReason(without, "worker"); without.Status.Phase != corev1.PodFailed || reason != "OOMKilled" {
 		t.Fatalf("pod without a claim: phase %s, reason %q; want Failed, OOMKilled", without.Status.Phase, reason)
@@ -479,4 +487,48 @@ func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
 		}
 	}
 	t.Logf("at container start: %v", r.Downward)
+}
+
+// TestSwapConfigKnobs applies each SwapConfig knob the node's cgroup
+// version offers and reads the container's cgroup files: on v2
+// memory.swap.high (a share of the limit) and memory.zswap.max (zswap on
+// or off), on v1 memory.swappiness.
+func TestSwapConfigKnobs(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	type knob struct {
+		name   string
+		config string
+		files  map[string]string
+	}
+	var knobs []knob
+	if c.cgroupVersion(t) == 2 {
+		knobs = []knob{
+			{name: "high-zswap-off", config: `"swapHighPercent":50,"zswap":"Disabled"`,
+				files: map[string]string{"memory.swap.max": "209715200", "memory.swap.high": "104857600", "memory.zswap.max": "0"}},
+			{name: "zswap-on", config: `"zswap":"Enabled"`,
+				files: map[string]string{"memory.swap.max": "209715200", "memory.swap.high": "max", "memory.zswap.max": "max"}},
+		}
+	} else {
+		knobs = []knob{{name: "swappiness", config: `"swappiness":10`, files: map[string]string{"memory.swappiness": "10"}}}
+	}
+	for _, k := range knobs {
+		tmpl := cluster.SwapTemplate(ns, k.name, "", 200*mi)
+		tmpl.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{
+				Raw: []byte(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig",` + k.config + `}`)}},
+		}}}
+		if _, err := c.client.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("%s: %v", k.name, err)
+		}
+		p := c.createPod(t, workloadPod(ns, k.name, map[string]string{"swap": k.name},
+			ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
+		r := c.report(t, p, "worker", "START")
+		for f, want := range k.files {
+			if got := r.Files[f]; got != want {
+				t.Errorf("%s: %s = %q, want %q", k.name, f, got, want)
+			}
+		}
+		t.Logf("%s: %v", k.name, r.Files)
+	}
 }
