@@ -54,9 +54,10 @@ stop() {
 	rm -f "$file"
 }
 
-# wait_for WHAT SECONDS CMD...: polls CMD until it succeeds.
+# wait_for WHAT SECONDS CMD...: polls CMD until it succeeds, for SECONDS
+# times TIMEOUT_SCALE (an integer, 1 unless the node runs emulated).
 wait_for() {
-	local what=$1 timeout=$2; shift 2
+	local what=$1 timeout=$(( $2 * ${TIMEOUT_SCALE:-1} )); shift 2
 	local start=$SECONDS
 	until "$@" >/dev/null 2>&1; do
 		if (( SECONDS - start > timeout )); then
