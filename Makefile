@@ -10,7 +10,7 @@ BENCHTIME ?= 1s
 GO_PACKAGES := ./api/... ./pkg/... ./cmd/...
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build test unit integration e2e demo demo-down verify fuzz bench k8s-binaries deps clean
+.PHONY: all build test unit integration e2e e2e-v2 demo demo-down verify fuzz bench k8s-binaries deps clean
 
 all: build
 
@@ -43,6 +43,11 @@ integration: deps k8s-binaries
 e2e:
 	@mkdir -p _output
 	hack/e2e.sh
+
+## e2e-v2: the same suite on a cgroup v2 node in a QEMU-emulated guest (work in progress, not yet part of test).
+e2e-v2:
+	@mkdir -p _output
+	hack/e2e-v2.sh
 
 ## demo: bring up the local cluster with the driver and show swap limits applied.
 demo:
