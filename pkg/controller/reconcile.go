@@ -156,7 +156,7 @@ func Indexes(ctx context.Context, mgr ctrl.Manager) error {
 func Setup(mgr ctrl.Manager, opts Options) error {
 	c := mgr.GetClient()
 	nodes := Nodes{Reader: c}
-	pods := Pods{Reader: c, APIReader: mgr.GetAPIReader(), Policy: opts.Policy}
+	pods := Pods{Reader: c, Policy: opts.Policy}
 	workers := max(opts.Workers, 1)
 
 	podsOnNode := func(ctx context.Context, node string) []reconcile.Request {

@@ -86,8 +86,10 @@ func (n Nodes) LargestOffer(ctx context.Context) (int64, error) {
 type Pods struct {
 	// Reader is the cache.
 	Reader client.Reader
-	// APIReader reads from the API server when the cache may lag: the
-	// scheduler allocates a claim just before it binds the pod.
+	// APIReader, when set, reads a claim the cache has not seen allocated
+	// from the API server: the scheduler allocates a claim just before it
+	// binds the pod, so the binding webhook needs it. The reconciler does
+	// without, because the claim's update triggers it again.
 	APIReader client.Reader
 	Policy    labels.Policy
 }
@@ -123,8 +125,8 @@ func (p Pods) hasSwapClaim(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		if err == nil && labels.HasSwapDevice(claim) {
 			return true, nil
 		}
-		if p.APIReader == nil {
-			continue
+		if p.APIReader == nil || err == nil && claim.Status.Allocation != nil {
+			continue // allocated, to another driver's devices
 		}
 		// Not (yet) allocated in the cache: ask the API server.
 		switch err := p.APIReader.Get(ctx, key, claim); {
