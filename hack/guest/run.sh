@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Boots the guest that hack/guest/build.sh built under QEMU software emulation
+# (TCG; KVM guests hang on these machines), with SHARE_DIR shared over 9p at
+# /share. The guest runs /share/run.sh as root and writes its exit code to
+# SHARE_DIR/result; qemu's own exit code says nothing, so the run is judged
+# from that file alone.
+#
+# Usage: hack/guest/run.sh SHARE_DIR [TIMEOUT_SECONDS]   (default 1800)
+#
+# Prints run.log (run.sh's output) on stdout and exits with run.sh's exit code.
+# Without a result (the guest did not boot, or run.sh did not finish in time)
+# it prints the last 60 lines of the guest console and exits 1.
+# Left in SHARE_DIR: booted, result, run.log, console.log (serial console), qemu.log.
+#
+# Environment:
+#   GUEST_DIR     where build.sh keeps images (default _output/guest; relative to the repo)
+#   GUEST_IMAGE   a build directory to boot instead of ${GUEST_DIR}/current
+#   GUEST_CPUS    virtual CPUs (default 2)      GUEST_MEM  MiB of memory (default 4096)
+#   GUEST_APPEND  extra kernel command line
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+
+log() { printf '[guest-run %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+	die "usage: hack/guest/run.sh SHARE_DIR [TIMEOUT_SECONDS]"
+fi
+[ -d "$1" ] || die "SHARE_DIR $1 is not a directory"
+share=$(cd "$1" && pwd)
+timeout=${2:-1800}
+[[ "$timeout" =~ ^[1-9][0-9]*$ ]] || die "TIMEOUT_SECONDS must be a positive number of seconds, not '$timeout'"
+[ -f "$share/run.sh" ] || die "$share/run.sh does not exist: the guest runs it"
+case $share in *,*) die "SHARE_DIR must not contain a comma (qemu option syntax): $share" ;; esac
+
+GUEST_DIR=${GUEST_DIR:-_output/guest}
+case $GUEST_DIR in /*) ;; *) GUEST_DIR=$REPO/$GUEST_DIR ;; esac
+image=${GUEST_IMAGE:-$GUEST_DIR/current}
+[ -f "$image/done" ] || die "no guest image in $image: run hack/guest/build.sh first"
+image=$(cd "$image" && pwd -P)
+case $image in *,*) die "the image path must not contain a comma: $image" ;; esac
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is missing: run hack/guest/build.sh (it installs qemu-system-x86)"
+
+rm -f "$share"/{booted,result,result.tmp,run.log,console.log,qemu.log,guest-init-error}
+
+cpus=${GUEST_CPUS:-2}
+mem=${GUEST_MEM:-4096}
+append="console=ttyS0 panic=1 loglevel=4 cgroup_no_v1=all ${GUEST_APPEND:-}"
+# shellcheck disable=SC2054 # commas inside qemu's option values
+qemu=(
+	qemu-system-x86_64
+	-name dra-swap-guest
+	-machine pc
+	-accel tcg,thread=multi
+	-cpu max
+	-smp "$cpus"
+	-m "$mem"
+	-kernel "$image/vmlinuz"
+	-initrd "$image/initrd.img"
+	-append "$append"
+	-drive "file=$image/rootfs.img,if=virtio,format=raw,snapshot=on"
+	-virtfs "local,path=$share,mount_tag=share,security_model=none,id=share,multidevs=remap"
+	-device virtio-rng-pci
+	-nic none
+	-display none
+	-vga none
+	-monitor none
+	-serial "file:$share/console.log"
+	-no-reboot
+)
+
+log "booting $(basename "$image") (kernel $(cat "$image/kernel-release" 2>/dev/null || echo '?'), ${cpus} CPUs, ${mem} MiB, TCG) with $share, timeout ${timeout} s"
+start=$SECONDS
+"${qemu[@]}" </dev/null >"$share/qemu.log" 2>&1 &
+qpid=$!
+
+stop_qemu() {
+	kill -0 "$qpid" 2>/dev/null || return 0
+	kill -TERM "$qpid" 2>/dev/null || true
+	local tries=20
+	while [ "$tries" -gt 0 ] && kill -0 "$qpid" 2>/dev/null; do
+		sleep 0.5
+		tries=$((tries - 1))
+	done
+	kill -0 "$qpid" 2>/dev/null || return 0
+	kill -KILL "$qpid" 2>/dev/null || true
+}
+trap stop_qemu EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+booted_at='' result_at='' timed_out=0 hung=0
+note_progress() {
+	if [ -z "$booted_at" ] && [ -f "$share/booted" ]; then
+		booted_at=$((SECONDS - start))
+		log "guest booted after ${booted_at} s; run.sh is running"
+	fi
+	if [ -z "$result_at" ] && [ -f "$share/result" ]; then
+		result_at=$((SECONDS - start))
+		log "result after ${result_at} s"
+	fi
+}
+while kill -0 "$qpid" 2>/dev/null; do
+	note_progress
+	now=$((SECONDS - start))
+	if [ "$now" -ge "$timeout" ]; then
+		timed_out=1
+		log "timeout: no result after ${timeout} s; killing qemu"
+		stop_qemu
+		break
+	fi
+	if [ -n "$result_at" ] && [ $((now - result_at)) -ge 60 ]; then
+		hung=1
+		log "the guest wrote its result but did not power off within 60 s; killing qemu"
+		stop_qemu
+		break
+	fi
+	sleep 1
+done
+qemu_rc=0
+wait "$qpid" 2>/dev/null || qemu_rc=$?
+note_progress
+total=$((SECONDS - start))
+trap - EXIT
+
+if [ -s "$share/run.log" ]; then
+	log "----- run.log -----"
+	cat "$share/run.log"
+	log "----- end of run.log -----"
+fi
+
+if [ -f "$share/result" ]; then
+	rc=$(tr -cd '0-9' <"$share/result")
+	if [ -z "$rc" ] || [ "$rc" -gt 255 ]; then
+		log "unreadable result '$(head -c 100 "$share/result")': counting it as a failure"
+		rc=1
+	fi
+	msg="run.sh exited with $rc; booted after ${booted_at:-?} s, result after ${result_at:-?} s, qemu exited after ${total} s"
+	[ "$hung" = 0 ] || msg="$msg (killed: it did not power off)"
+	log "$msg"
+	exit "$rc"
+fi
+
+if [ -n "$booted_at" ] || [ -f "$share/booted" ]; then
+	if [ "$timed_out" = 1 ]; then
+		why="the guest booted (after ${booted_at:-?} s) but run.sh did not finish within the timeout of ${timeout} s"
+	else
+		why="the guest booted (after ${booted_at:-?} s) but stopped after ${total} s without writing a result (qemu exit code $qemu_rc)"
+	fi
+	[ -f "$share/guest-init-error" ] && why="$why; $(cat "$share/guest-init-error")"
+else
+	if [ "$timed_out" = 1 ]; then
+		why="the guest did not boot: no $share/booted within the timeout of ${timeout} s"
+	else
+		why="the guest did not boot: qemu exited with code $qemu_rc after ${total} s and no $share/booted"
+	fi
+fi
+if [ -s "$share/qemu.log" ]; then
+	log "----- qemu.log -----"
+	tail -n 20 "$share/qemu.log" >&2
+fi
+log "----- last 60 lines of console.log -----"
+tail -n 60 "$share/console.log" >&2 2>/dev/null || log "(no console.log)"
+log "FAILED: $why"
+exit 1
