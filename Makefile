@@ -19,8 +19,9 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(OUT_DIR)/ $(addprefix ./cmd/,$(COMMANDS))
 
 ## test: everything a change must pass: static checks, unit tests,
-## integration tests, then end-to-end tests on a real cluster (E2E=skip skips them).
-test: verify unit integration e2e
+## integration tests, then end-to-end tests on a real cluster, on this host's
+## cgroups (v1 here) and on cgroup v2 in an emulated guest (E2E=skip skips both).
+test: verify unit integration e2e e2e-v2
 
 verify:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -44,7 +45,7 @@ e2e:
 	@mkdir -p _output
 	hack/e2e.sh
 
-## e2e-v2: the same suite on a cgroup v2 node in a QEMU-emulated guest (work in progress, not yet part of test).
+## e2e-v2: the same suite on a cgroup v2 node: a Debian guest (kernel 6.1) under QEMU emulation.
 e2e-v2:
 	@mkdir -p _output
 	hack/e2e-v2.sh

@@ -4,7 +4,8 @@
 # images and compiled e2e test binary shared over 9p. The guest writes the
 # suite's exit code to a result file; qemu's own exit code says nothing.
 #   E2E=skip   skip, explicitly
-#   E2E_V2_TIMEOUT  seconds for the whole guest run (default 3600)
+#   E2E_V2_TIMEOUT  seconds for the whole guest run (default 2700; a warm run
+#                   takes about 450)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +41,7 @@ cd /share/repo
 hack/cluster/up.sh
 cd test/e2e
 rc=0
-/share/e2e.test -test.v -test.timeout 80m || rc=$?
+/share/e2e.test -test.v -test.timeout 40m || rc=$?
 /share/repo/hack/cluster/logs.sh 60 > /share/cluster-logs.txt 2>&1 || true
 exit "$rc"
 RUN
@@ -48,12 +49,16 @@ chmod +x "$share/run.sh"
 
 run=$SECONDS
 set +e
-hack/guest/run.sh "$share" "${E2E_V2_TIMEOUT:-3600}" | tee _output/e2e-v2.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|guest:|\[cluster)|^\s+\S+_test.go:'
+hack/guest/run.sh "$share" "${E2E_V2_TIMEOUT:-2700}" | tee _output/e2e-v2.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|guest:|\[cluster)|^\s+\S+_test.go:'
 rc=${PIPESTATUS[0]}
 set -e
 echo "e2e-v2: guest run took $((SECONDS - run)) s, $((SECONDS - start)) s in all (full log: _output/e2e-v2.log)"
-if [ "$rc" != 0 ] && [ -f "$share/cluster-logs.txt" ]; then
-	echo "e2e-v2: component log tails from the guest:"
-	tail -n 200 "$share/cluster-logs.txt"
+if [ "$rc" != 0 ]; then
+	if [ -f "$share/cluster-logs.txt" ]; then
+		echo "e2e-v2: component log tails from the guest:"
+		tail -n 200 "$share/cluster-logs.txt"
+	fi
+	echo "e2e-v2: the guest console's last 40 lines (kernel messages such as OOM kills):"
+	tail -n 40 "$share/console.log" 2>/dev/null || echo "(no console.log)"
 fi
 exit "$rc"

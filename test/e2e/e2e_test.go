@@ -56,12 +56,35 @@ func TestSwapClaimPreventsOOM(t *testing.T) {
 	// A pod without a claim gets no swap from the kubelet (NoSwap): v2
 	// memory.swap.max is 0 (a kubelet misplaced in the root cgroup would
 	// leave "max" and fail this), v1 memsw equals the memory limit.
-	if start := c.report(t, without, "worker", "START"); start.SwapLimitBytes != 0 {
-		t.Errorf("pod without a claim: swap limit %d (cgroup v%d, files %v), want 0", start.SwapLimitBytes, start.CgroupVersion, start.Files)
-	}
+	assertNoSwap(t, c.report(t, without, "worker", "START"))
 	without = c.waitPod(t, ns, without.Name, "completion", podTimeout, finished)
 	if reason := terminatedReason(without, "worker"); without.Status.Phase != corev1.PodFailed || reason != "OOMKilled" {
 		t.Fatalf("pod without a claim: phase %s, reason %q; want Failed, OOMKilled", without.Status.Phase, reason)
+	}
+}
+
+// assertNoSwap checks that a container without a claim saw a zero swap
+// limit in its own cgroup files, read as text so that a missing or
+// unreadable file cannot pass as 0: v2 memory.swap.max is "0", v1
+// memory.memsw.limit_in_bytes equals memory.limit_in_bytes.
+func assertNoSwap(t *testing.T, r result) {
+	t.Helper()
+	switch r.CgroupVersion {
+	case 2:
+		if got := r.Files["memory.swap.max"]; got != "0" {
+			t.Errorf("pod without a claim: memory.swap.max %q, want \"0\" (files %v)", got, r.Files)
+		} else {
+			t.Logf("without claim: memory.swap.max %s", got)
+		}
+	case 1:
+		mem, memsw := r.Files["memory.limit_in_bytes"], r.Files["memory.memsw.limit_in_bytes"]
+		if mem == "" || memsw != mem {
+			t.Errorf("pod without a claim: memory.memsw.limit_in_bytes %q, memory.limit_in_bytes %q, want equal (files %v)", memsw, mem, r.Files)
+		} else {
+			t.Logf("without claim: memory.memsw.limit_in_bytes = memory.limit_in_bytes = %s", mem)
+		}
+	default:
+		t.Errorf("pod without a claim: unknown cgroup version %d", r.CgroupVersion)
 	}
 }
 
@@ -195,8 +218,9 @@ func TestContainerLimits(t *testing.T) {
 	assertSwapLimit(t, c.report(t, p, "a", "START"), 100*mi)
 	assertSwapLimit(t, c.report(t, p, "b", "START"), 200*mi)
 	noClaim := c.report(t, p, "c", "START")
-	if noClaim.SwapLimitBytes != 0 || noClaim.EnvSwapLimit != "" {
-		t.Errorf("container without a claim: swap limit %d, DRA_SWAP_LIMIT_BYTES=%q; want 0 and unset (kubelet NoSwap)", noClaim.SwapLimitBytes, noClaim.EnvSwapLimit)
+	assertNoSwap(t, noClaim)
+	if noClaim.EnvSwapLimit != "" {
+		t.Errorf("container without a claim: DRA_SWAP_LIMIT_BYTES=%q, want it unset", noClaim.EnvSwapLimit)
 	}
 
 	sum = c.waitPod(t, ns, sum.Name, "completion", podTimeout, finished)
