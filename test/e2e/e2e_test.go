@@ -24,8 +24,8 @@ import (
 // Timeouts for a real but small node, scaled by E2E_TIMEOUT_SCALE (the
 // cgroup v2 leg runs under software emulation).
 var (
-	podTimeout     = scaled(3 * time.Minute)
-	pendingTimeout = scaled(30 * time.Second)
+	podTimeout     = cluster.Scaled(3 * time.Minute)
+	pendingTimeout = cluster.Scaled(30 * time.Second)
 )
 
 // TestSwapClaimPreventsOOM is KEP-5359's core story: with a 128Mi memory
@@ -151,7 +151,7 @@ func TestQoSClasses(t *testing.T) {
 func (c *env) waitEvent(t *testing.T, p *corev1.Pod, eventType, reason, text string) {
 	t.Helper()
 	var seen []string
-	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, scaled(30*time.Second), true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, cluster.Scaled(30*time.Second), true, func(ctx context.Context) (bool, error) {
 		list, err := c.client.EventsV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + p.Name})
 		if err != nil {
 			return false, err
@@ -291,7 +291,7 @@ func (c *env) assertUnschedulable(t *testing.T, p *corev1.Pod, want string) {
 }
 
 func (c *env) waitNoPods(t *testing.T, ns string) {
-	_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, scaled(time.Minute), true, func(ctx context.Context) (bool, error) {
+	_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(time.Minute), true, func(ctx context.Context) (bool, error) {
 		pods, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, nil
 	})
@@ -366,7 +366,7 @@ func TestUnprepareCleansUp(t *testing.T) {
 	if err := c.client.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, scaled(2*time.Minute), true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(2*time.Minute), true, func(context.Context) (bool, error) {
 		return !c.specExists(uid) && !c.checkpointHas(t, uid), nil
 	})
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,14 +41,6 @@ type env struct {
 	repoRoot string
 }
 
-// scaled multiplies a timeout by E2E_TIMEOUT_SCALE (default 1).
-func scaled(d time.Duration) time.Duration {
-	if f, err := strconv.ParseFloat(os.Getenv("E2E_TIMEOUT_SCALE"), 64); err == nil && f >= 1 {
-		return time.Duration(float64(d) * f)
-	}
-	return d
-}
-
 func loadCluster(t *testing.T) *env {
 	t.Helper()
 	c, err := cluster.Load("")
@@ -75,7 +66,7 @@ func (c *env) namespace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	// Pods need the namespace's default ServiceAccount, made by the controller-manager.
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, scaled(time.Minute), true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, cluster.Scaled(time.Minute), true, func(ctx context.Context) (bool, error) {
 		_, err := c.client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
@@ -213,7 +204,7 @@ type result = cluster.Result
 func (c *env) report(t *testing.T, p *corev1.Pod, container, kind string) result {
 	t.Helper()
 	var r result
-	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, scaled(30*time.Second), true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, cluster.Scaled(30*time.Second), true, func(context.Context) (bool, error) {
 		var ok bool
 		var err error
 		r, ok, err = c.Report(p, container, kind)
@@ -266,7 +257,7 @@ func (c *env) swapDevice(t *testing.T) *resourceapi.Device {
 func (c *env) waitOffer(t *testing.T, what string, cond func(int64) bool) int64 {
 	t.Helper()
 	var got int64
-	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, scaled(60*time.Second), true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(60*time.Second), true, func(context.Context) (bool, error) {
 		if dev := c.swapDevice(t); dev != nil {
 			q := dev.Capacity["swap"].Value
 			got = q.Value()

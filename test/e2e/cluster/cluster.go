@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -27,6 +28,15 @@ import (
 
 // DefaultDir is where hack/cluster/up.sh keeps the cluster's state.
 const DefaultDir = "/var/lib/dra-swap-e2e"
+
+// Scaled multiplies a timeout by E2E_TIMEOUT_SCALE (default 1; the cgroup
+// v2 leg sets 4, because its node runs under software emulation).
+func Scaled(d time.Duration) time.Duration {
+	if f, err := strconv.ParseFloat(os.Getenv("E2E_TIMEOUT_SCALE"), 64); err == nil && f >= 1 {
+		return time.Duration(float64(d) * f)
+	}
+	return d
+}
 
 // WorkloadImage is built by test/e2e/images and imported into containerd.
 const WorkloadImage = "registry.local/swap-workload:v1"

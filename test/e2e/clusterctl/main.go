@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -110,9 +109,7 @@ func run(ctx context.Context, cmd string) error {
 
 // poll waits for cond, up to timeout times E2E_TIMEOUT_SCALE.
 func poll(ctx context.Context, timeout time.Duration, what string, cond wait.ConditionWithContextFunc) error {
-	if f, err := strconv.ParseFloat(os.Getenv("E2E_TIMEOUT_SCALE"), 64); err == nil && f >= 1 {
-		timeout = time.Duration(float64(timeout) * f)
-	}
+	timeout = cluster.Scaled(timeout)
 	start := time.Now()
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, cond); err != nil {
 		return fmt.Errorf("waiting %v for %s: %w", timeout, what, err)
