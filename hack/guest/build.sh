@@ -3,7 +3,8 @@
 # (TCG), for hack/guest/run.sh. Needs root (apt-get, debootstrap, mknod, mkfs).
 #
 # Output: ${GUEST_DIR:-_output/guest}/<key>/{vmlinuz,initrd.img,rootfs.img,done}
-# and the symlink ${GUEST_DIR}/current -> <key>, which run.sh boots.
+# and the symlink ${GUEST_DIR}/current -> <key>, which run.sh boots. A build
+# removes the images of other keys.
 #   vmlinuz     Debian's linux-image-6.1.0-*-amd64, as linux-image-amd64 resolves
 #   initrd.img  busybox initramfs: loads virtio and ext4, mounts /dev/vda and
 #               switch_roots to /sbin/dra-swap-guest-init (hack/guest/init)
@@ -11,8 +12,11 @@
 #               cluster needs, the kernel's modules, and EXTRA_FILES
 #
 # The build is skipped when <key>/done exists. The key is the sha256 of the
-# kernel package and version, the suite, the package list, the disk size, the
-# contents of hack/guest/*.sh and the init files, and the EXTRA_FILES. A cache
+# kernel package and version, the suite, the package list and the packages'
+# versions (from the host's package lists when the host runs the same suite),
+# the disk size, the contents of hack/guest/*.sh and the init files, and the
+# EXTRA_FILES. Kubernetes, containerd and the driver are not in the image:
+# hack/e2e-v2.sh shares them over 9p at run time. A cache
 # hit needs no root when the host tools are installed.
 #
 # Environment:
@@ -90,10 +94,26 @@ for f in "${extra_files[@]}"; do
 	extra_seen[$b]=1
 done
 
+# package_versions: the versions debootstrap will install of the listed
+# packages, as the host's package lists say. They are exact only when the
+# host runs the guest's suite; elsewhere the list names the host's release.
+package_versions() {
+	local host_suite
+	host_suite=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+	if [ "$host_suite" != "$SUITE" ]; then
+		echo "package-versions: unknown (the host runs ${host_suite:-an unknown release}, not $SUITE)"
+		return
+	fi
+	# shellcheck disable=SC2046 # a list of package names
+	apt-cache show --no-all-versions $(echo "$PACKAGES" | tr ',' ' ') 2>/dev/null |
+		awk '$1 == "Package:" {p = $2} $1 == "Version:" {print "package: " p " " $2}' || true
+}
+
 key_inputs() {
 	echo "kernel: $kernel_pkg $kernel_ver"
 	echo "suite: $SUITE"
 	echo "packages: $PACKAGES"
+	package_versions
 	echo "initramfs-modules: $INITRAMFS_MODULES"
 	echo "disk-size: $DISK_SIZE"
 	local f
@@ -267,5 +287,14 @@ echo "$kver" >"$build/out/kernel-release"
 touch "$build/out/done"
 mv -T "$build/out" "$GUEST_DIR/$key"
 set_current
+# Older images are not booted again (current names the new one); a guest
+# still running from one keeps its open file.
+for old in "$GUEST_DIR"/*; do
+	b=$(basename "$old")
+	if [[ $b =~ ^[0-9a-f]{64}$ ]] && [ "$b" != "$key" ]; then
+		rm -rf --one-file-system "$old"
+		log "removed the old image $b"
+	fi
+done
 log "built $GUEST_DIR/$key (kernel $kver) in $(elapsed) s"
 echo "key: $key"
