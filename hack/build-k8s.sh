@@ -4,7 +4,7 @@
 #
 # Usage: hack/build-k8s.sh [COMMAND...]
 #   COMMAND is one of kube-apiserver, kube-scheduler, kube-controller-manager,
-#   kubelet (default: kube-apiserver).
+#   kubelet, kube-proxy (default: kube-apiserver).
 #
 # Environment:
 #   OUT_DIR       where binaries go (default: <repo>/_output/bin)
@@ -59,8 +59,8 @@ if [[ $# -eq 0 ]]; then
 fi
 for cmd in "$@"; do
 	case "${cmd}" in
-	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet) ;;
-	*) die "unknown command '${cmd}' (want kube-apiserver, kube-scheduler, kube-controller-manager or kubelet)" ;;
+	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet | kube-proxy) ;;
+	*) die "unknown command '${cmd}' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet or kube-proxy)" ;;
 	esac
 done
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the end-to-end suite on a cgroup v2 node: a Debian guest under QEMU
 # software emulation (hack/guest), with the same cluster scripts, binaries,
-# images and compiled e2e test binary shared over 9p. The guest writes the
-# suite's exit code to a result file; qemu's own exit code says nothing.
+# images (the OCI layout that up.sh pushes into the node's registry), the
+# driver's helm chart and the compiled e2e test binary shared over 9p. The
+# guest writes the suite's exit code to a result file; qemu's own exit code
+# says nothing.
 #   E2E=skip   skip, explicitly
 #   E2E_V2_TIMEOUT  seconds for the whole guest run (default 2700; a warm run
 #                   takes about 450)
@@ -25,8 +27,10 @@ echo "e2e-v2: host and guest builds took $((SECONDS - start)) s"
 
 share=$PWD/_output/guest-share
 rm -rf "$share"
-mkdir -p "$share/repo/hack" "$share/repo/_output" "$share/repo/test/e2e"
+mkdir -p "$share/repo/hack" "$share/repo/_output" "$share/repo/test/e2e" "$share/repo/deployments"
 cp -a hack/cluster "$share/repo/hack/"
+# The chart that hack/cluster/driver.sh installs.
+cp -a deployments/helm "$share/repo/deployments/"
 # Hard links where possible: the binaries are large.
 cp -al _output/bin "$share/repo/_output/bin" 2>/dev/null || cp -a _output/bin "$share/repo/_output/bin"
 cp -al _output/images "$share/repo/_output/images" 2>/dev/null || cp -a _output/images "$share/repo/_output/images"

@@ -4,8 +4,8 @@
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
 start_time=$SECONDS
-hack/install-deps.sh etcd-server runc containernetworking-plugins openssl util-linux curl
-OUT_DIR="$BIN" hack/build-k8s.sh kube-apiserver kube-controller-manager kube-scheduler kubelet
+hack/install-deps.sh etcd-server runc containernetworking-plugins iptables iproute2 openssl util-linux curl
+OUT_DIR="$BIN" hack/build-k8s.sh kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
 ctd_src=test/tools/containerd
 if [ ! -x "$BIN/containerd" ] || [ "$ctd_src/go.sum" -nt "$BIN/containerd" ]; then
 	log "building containerd (about 2 minutes the first time)"
@@ -14,5 +14,14 @@ if [ ! -x "$BIN/containerd" ] || [ "$ctd_src/go.sum" -nt "$BIN/containerd" ]; th
 fi
 make --no-print-directory build OUT_DIR="$BIN"
 go build -o "$BIN/e2e-clusterctl" ./test/e2e/clusterctl
-go run ./test/e2e/images/build -out "$IMAGES"
+# helm, from its own tools module: hack/cluster/driver.sh installs the chart with it.
+helm_src=test/tools/helm
+if [ ! -x "$BIN/helm" ] || [ "$helm_src/go.sum" -nt "$BIN/helm" ] || [ "$helm_src/go.mod" -nt "$BIN/helm" ]; then
+	log "building helm"
+	(cd "$helm_src" && go build -o "$BIN/helm" helm.sh/helm/v4/cmd/helm)
+fi
+go build -o "$BIN/dra-swap-images" ./hack/images
+# The driver's image and the tests' images, as one OCI layout that up.sh
+# pushes into the cluster's registry.
+"$BIN/dra-swap-images" build -out "$IMAGES" -version "${VERSION:-0.1.0}" -revision "$(git rev-parse HEAD)" -set all
 log "build done in $((SECONDS - start_time))s"

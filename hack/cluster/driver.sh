@@ -1,42 +1,66 @@
 #!/usr/bin/env bash
-# driver.sh start|stop|restart: the dra.swap kubelet plugin as a process on
-# the node, against the kubelet's plugin registry, and the controller with
-# its webhooks on https://localhost:$WEBHOOK_PORT (restart: the plugin only).
+# driver.sh install|upgrade TAG|uninstall|values: the dra.swap driver in the
+# local cluster, installed the way users install it: `helm install` of
+# deployments/helm/dra-driver-swap with the images the cluster's registry
+# serves. Only the values that differ for this cluster are set: its host
+# paths live under CLUSTER_DIR instead of /var/lib/kubelet, /var/run/cdi,
+# /opt and /run.
 source "$(dirname "$0")/lib.sh"
-require_root
-start_driver() {
-	mkdir -p "$CLUSTER_DIR/bin" "$CLUSTER_DIR/kubelet/plugins_registry" "$CLUSTER_DIR/cdi" "$RUN/hook"
-	start dra-swap-kubeletplugin "$BIN/dra-swap-kubeletplugin" \
-		--kubeconfig "$CLUSTER_DIR/kubeconfig/admin.kubeconfig" \
-		--node-name "$NODE_NAME" \
-		--cdi-dir "$CLUSTER_DIR/cdi" \
-		--install-hook-from "$BIN/dra-swap-hook" \
-		--hook-path "$CLUSTER_DIR/bin/dra-swap-hook" \
-		--hook-state-dir "$RUN/hook" \
-		--plugin-data-dir "$CLUSTER_DIR/kubelet/plugins/dra.swap" \
-		--registrar-dir "$CLUSTER_DIR/kubelet/plugins_registry" \
-		--kubelet-config "$CLUSTER_DIR/kubelet/config.yaml" \
-		--rescan-interval 2s \
-		--metrics-address 127.0.0.1:28080 \
-		-v=4
-	log "dra-swap-kubeletplugin started (pid $(cat "$PIDS/dra-swap-kubeletplugin.pid"))"
+CHART="${CHART:-$REPO/deployments/helm/dra-driver-swap}"
+RELEASE=dra-driver-swap
+NAMESPACE=$DRIVER_NAMESPACE
+HELM="$BIN/helm"
+export KUBECONFIG="$CLUSTER_DIR/kubeconfig/admin.kubeconfig"
+
+values() {
+	cat <<VALUES
+# What this cluster sets; every other value is the chart's default.
+image:
+  repository: $REGISTRY/dra-driver-swap
+  tag: "${VERSION:-0.1.0}"
+kubeletPlugin:
+  kubeletRootDir: $CLUSTER_DIR/kubelet
+  kubeletConfig:
+    path: $CLUSTER_DIR/kubelet/config.yaml
+  cdiDir: $CLUSTER_DIR/cdi
+  hookDir: $CLUSTER_DIR/bin
+  hookStateDir: $RUN/hook
+  # The e2e suite adds and removes swap and waits for the new offer.
+  rescanInterval: 2s
+  logVerbosity: 4
+controller:
+  logVerbosity: 4
+VALUES
 }
-start_controller() {
-	start dra-swap-controller "$BIN/dra-swap-controller" \
-		--kubeconfig "$CLUSTER_DIR/kubeconfig/admin.kubeconfig" \
-		--webhook-host 127.0.0.1 --webhook-port "$WEBHOOK_PORT" \
-		--webhook-dns-names localhost \
-		--webhook-secret-namespace kube-system \
-		--leader-election-namespace kube-system \
-		--metrics-address 127.0.0.1:28081 --health-address 127.0.0.1:28082 \
-		--cert-check-interval 10s \
-		-v=4
-	log "dra-swap-controller started (pid $(cat "$PIDS/dra-swap-controller.pid"))"
+
+namespace() {
+	# The plugin needs hostPath volumes, which only the privileged Pod
+	# Security level allows; the namespace gets that level and nothing
+	# runs in it but the driver.
+	"$BIN/e2e-clusterctl" namespace "$NAMESPACE"
 }
+
 case "${1:-}" in
-start) start_driver; start_controller ;;
-stop) stop dra-swap-controller; stop dra-swap-kubeletplugin ;;
-restart) stop dra-swap-kubeletplugin; start_driver
-	wait_for "the kubelet registered the plugin" 60 curl -sf http://127.0.0.1:28080/readyz ;;
-*) die "usage: driver.sh start|stop|restart" ;;
+install | start)
+	require_root
+	values > "$CLUSTER_DIR/values.yaml"
+	namespace
+	log "helm install $RELEASE (image $REGISTRY/dra-driver-swap:${VERSION:-0.1.0})"
+	begin=$SECONDS
+	"$HELM" upgrade --install "$RELEASE" "$CHART" --namespace "$NAMESPACE" \
+		--values "$CLUSTER_DIR/values.yaml" --wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
+	log "driver installed and ready in $((SECONDS - begin))s"
+	;;
+upgrade)
+	require_root
+	[ -n "${2:-}" ] || die "usage: driver.sh upgrade TAG"
+	"$HELM" upgrade "$RELEASE" "$CHART" --namespace "$NAMESPACE" --reuse-values --set-string "image.tag=$2" \
+		--wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
+	;;
+uninstall | stop)
+	require_root
+	"$HELM" uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --timeout "$((3 * ${TIMEOUT_SCALE:-1}))m"
+	;;
+values) values ;;
+*) die "usage: driver.sh install|upgrade TAG|uninstall|values" ;;
 esac

@@ -12,14 +12,35 @@ SWAP_SIZE_MIB="${SWAP_SIZE_MIB:-1024}"
 ETCD_PORT="${ETCD_PORT:-23790}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-23800}"
 API_PORT="${API_PORT:-26443}"
-# The kubelet's node IP: loopback here; a guest without a NIC uses a dummy interface.
-NODE_IP="${NODE_IP:-127.0.0.1}"
-WEBHOOK_PORT="${WEBHOOK_PORT:-29443}"
+# The node's address: kube-apiserver binds and advertises it (the endpoint
+# of the kubernetes Service), the kubelet reports it. Unless an interface
+# has it already (the guest puts it on dummy0), up.sh adds it to lo as a
+# /32 labelled $NODE_IP_LABEL, which teardown removes again.
+NODE_IP="${NODE_IP:-10.201.0.1}"
+NODE_IP_LABEL=lo:draswap
+# Pod network: a bridge (CNI bridge + host-local IPAM) on the node, and
+# kube-proxy in iptables mode for Services.
+POD_CIDR="${POD_CIDR:-10.88.0.0/16}"
+POD_BRIDGE=dra-swap0
+CNI_NETWORK=dra-swap-pods
+SERVICE_CIDR=10.0.0.0/24
+# The kubernetes Service: the first address of SERVICE_CIDR.
+KUBERNETES_SERVICE_IP=10.0.0.1
+PROXY_HEALTHZ_PORT="${PROXY_HEALTHZ_PORT:-10256}"
+PROXY_METRICS_PORT="${PROXY_METRICS_PORT:-10249}"
+# The namespace hack/cluster/driver.sh installs the driver in (its pods' logs
+# are in logs.sh's output).
+DRIVER_NAMESPACE="${DRIVER_NAMESPACE:-dra-swap}"
+# The image registry on loopback that containerd pulls from over plain http.
+REGISTRY_PORT="${REGISTRY_PORT:-25000}"
+REGISTRY="127.0.0.1:$REGISTRY_PORT"
 PKI="$CLUSTER_DIR/pki"
 LOGS="$CLUSTER_DIR/logs"
 PIDS="$CLUSTER_DIR/pids"
 RUN="$CLUSTER_DIR/run"
 SOCK="$RUN/containerd.sock"
+# runc's state of our containers (containerd adds the namespace, k8s.io).
+RUNC_ROOT="$CLUSTER_DIR/runc"
 
 log() { printf '[cluster %s] %s\n' "$(date +%T)" "$*"; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -38,7 +59,7 @@ start() {
 ours() {
 	local pid=$1 name=$2
 	[ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-	tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$name"
+	{ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -q -- "$name"
 }
 
 # stop NAME: stops the process of NAME's PID file (TERM, then KILL).
@@ -69,26 +90,162 @@ wait_for() {
 	log "$what after $((SECONDS - start))s"
 }
 
-api() { curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://127.0.0.1:$API_PORT$1"; }
+api() { curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://$NODE_IP:$API_PORT$1"; }
 
-COMPONENTS="dra-swap-controller dra-swap-kubeletplugin kubelet kube-scheduler kube-controller-manager kube-apiserver containerd etcd"
+# Stopped in this order.
+COMPONENTS="kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver containerd registry etcd"
+
+# Sysctls that up.sh sets, and teardown puts back to what they were.
+SYSCTLS="net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables"
+
+# set_sysctls: sets SYSCTLS to 1, noting each old value in
+# CLUSTER_DIR/sysctl.restore. bridge-nf-call-iptables (br_netfilter) makes
+# kube-proxy's rules see traffic between pods on the bridge; the bridge
+# plugin turns on ip_forward itself, for pods reaching Services of pods.
+set_sysctls() {
+	[ -e /proc/sys/net/bridge ] || modprobe br_netfilter 2>/dev/null || true
+	local k old
+	for k in $SYSCTLS; do
+		old=$(sysctl -n "$k" 2>/dev/null) || die "sysctl $k is missing (br_netfilter for net.bridge.*)"
+		echo "$k=$old" >> "$CLUSTER_DIR/sysctl.restore"
+		sysctl -qw "$k=1" || die "cannot set sysctl $k=1"
+	done
+}
+
+# restore_sysctls: puts back what set_sysctls changed.
+restore_sysctls() {
+	local f="$CLUSTER_DIR/sysctl.restore" kv
+	[ -f "$f" ] || return 0
+	while read -r kv; do sysctl -qw "$kv" 2>/dev/null || true; done < "$f"
+	rm -f "$f"
+}
+
+# add_node_ip: gives the node its address unless an interface has it.
+add_node_ip() {
+	if [ -n "$(ip -4 -o addr show to "$NODE_IP/32")" ]; then
+		log "node IP $NODE_IP: on $(ip -4 -o addr show to "$NODE_IP/32" | awk '{print $2}') already"
+		return 0
+	fi
+	ip addr add "$NODE_IP/32" dev lo label "$NODE_IP_LABEL" || die "cannot add $NODE_IP/32 to lo"
+	log "node IP $NODE_IP/32 on lo ($NODE_IP_LABEL)"
+}
+
+# add_service_route: a node without a default route (the guest) cannot even
+# send to a Service IP, so kube-proxy never sees the packet to DNAT it:
+# route SERVICE_CIDR to the node IP's interface there, and note the route in
+# CLUSTER_DIR/routes for teardown.
+add_service_route() {
+	if ip route get "$KUBERNETES_SERVICE_IP" >/dev/null 2>&1; then
+		return 0
+	fi
+	local dev
+	dev=$(ip -4 -o addr show to "$NODE_IP/32" | awk '{print $2; exit}')
+	[ -n "$dev" ] || die "no interface has the node IP $NODE_IP"
+	ip route add "$SERVICE_CIDR" dev "$dev" src "$NODE_IP" || die "cannot route $SERVICE_CIDR to $dev"
+	echo "$SERVICE_CIDR dev $dev src $NODE_IP" >> "$CLUSTER_DIR/routes"
+	log "no route to Service IPs: $SERVICE_CIDR via $dev"
+}
+
+# clean_chains CMD: deletes every KUBE-* and CNI-* chain of the filter, nat
+# and mangle tables of CMD (iptables or ip6tables), and the rules of other
+# chains that jump to them. The kubelet (KUBE-FIREWALL, KUBE-KUBELET-CANARY,
+# KUBE-IPTABLES-HINT), kube-proxy and the CNI portmap plugin make them.
+clean_chains() {
+	local cmd=$1 table rule chain
+	command -v "$cmd" >/dev/null || return 0
+	for table in filter nat mangle; do
+		"$cmd" -t "$table" -S >/dev/null 2>&1 || continue
+		# Rules in any chain that jump (-j) or go (-g) to one of ours.
+		"$cmd" -t "$table" -S 2>/dev/null | awk '$1 == "-A" && / -[jg] (KUBE|CNI)-/ {sub(/^-A /, "-D "); print}' |
+			while read -r rule; do
+				eval "\"\$cmd\" -t \"\$table\" $rule" 2>/dev/null || true
+			done
+		for chain in $("$cmd" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
+			"$cmd" -t "$table" -F "$chain" 2>/dev/null || true
+		done
+		for chain in $("$cmd" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
+			"$cmd" -t "$table" -X "$chain" 2>/dev/null || true
+		done
+	done
+}
+
+# teardown_network: removes what the cluster added to the node's network:
+# kube-proxy's and the kubelet's rules, the pod bridge and its veths, the
+# CNI plugins' cached results, the node IP on lo. Safe when none exists.
+teardown_network() {
+	if [ -x "$BIN/kube-proxy" ]; then
+		"$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+	fi
+	clean_chains iptables
+	clean_chains ip6tables
+	local l
+	if ip link show "$POD_BRIDGE" >/dev/null 2>&1; then
+		for l in $(ip -o link show master "$POD_BRIDGE" | awk -F': ' '{print $2}' | cut -d@ -f1); do
+			ip link del "$l" 2>/dev/null || true
+		done
+		ip link del "$POD_BRIDGE" 2>/dev/null || true
+	fi
+	# containerd's CNI library caches each attachment in /var/lib/cni/results:
+	# <network>-<sandbox id>-<interface>, ours and the loopback of our sandboxes.
+	local f id
+	for f in /var/lib/cni/results/"$CNI_NETWORK"-*-eth0; do
+		[ -e "$f" ] || continue
+		id=${f#/var/lib/cni/results/"$CNI_NETWORK"-}
+		id=${id%-eth0}
+		rm -f "$f" "/var/lib/cni/results/cni-loopback-$id-lo"
+	done
+	rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
+	if [ -n "$(ip -4 -o addr show dev lo label "$NODE_IP_LABEL" 2>/dev/null)" ]; then
+		ip -4 -o addr show dev lo label "$NODE_IP_LABEL" | awk '{print $4}' | while read -r a; do ip addr del "$a" dev lo 2>/dev/null || true; done
+	fi
+}
 
 # teardown: stops everything a run (also a killed one) left behind.
 teardown() {
-	[ -d "$CLUSTER_DIR" ] || return 0
+	if [ ! -d "$CLUSTER_DIR" ]; then
+		teardown_network
+		return 0
+	fi
 	for c in $COMPONENTS; do stop "$c"; done
-	# Shims of our containerd, and the containers they run.
-	local p
-	for p in $(pgrep -f "containerd-shim-runc-v2.*-address $SOCK" 2>/dev/null || true); do kill -KILL "$p" 2>/dev/null || true; done
-	for p in $(pgrep -f "runc --root $CLUSTER_DIR" 2>/dev/null || true); do kill -KILL "$p" 2>/dev/null || true; done
+	# The shims of our containerd (and the sockets they listen on), then the
+	# containers they ran: pods outlive the kubelet and containerd.
+	local p sockets=""
+	for p in $(pgrep -f "containerd-shim-runc-v2.*-address $SOCK" 2>/dev/null || true); do
+		sockets="$sockets $(ss -xlpn 2>/dev/null | awk -v pid="pid=$p," 'index($0, pid) {print $5}' | grep '^/run/containerd/s/' || true)"
+		kill -KILL "$p" 2>/dev/null || true
+	done
+	for p in $sockets; do rm -f "$p"; done
+	rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+	for p in $(pgrep -f "runc --root $RUNC_ROOT" 2>/dev/null || true); do kill -KILL "$p" 2>/dev/null || true; done
+	local id
+	for id in "$RUNC_ROOT"/k8s.io/*/; do
+		[ -d "$id" ] || continue
+		# Kills every process of the container and removes its cgroup.
+		runc --root "$RUNC_ROOT/k8s.io" delete --force "$(basename "$id")" 2>/dev/null || true
+	done
 	sleep 0.2
 	# Mounts under the state directory (pod volumes, rootfs, shm), deepest first.
 	findmnt -rn -o TARGET | grep "^$CLUSTER_DIR" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+	teardown_network
+	# The kubelet's pod cgroups (cgroupfs driver: kubepods under the root of
+	# each hierarchy), now empty.
+	local d
+	for d in /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods; do
+		if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
+	done
 	# Swap files.
 	local f
 	for f in "$CLUSTER_DIR"/swap/*; do
 		[ -e "$f" ] || continue
 		swapoff "$f" 2>/dev/null || true
 	done
+	restore_sysctls
+	local r
+	if [ -f "$CLUSTER_DIR/routes" ]; then
+		while read -r r; do
+			# shellcheck disable=SC2086 # the route's words
+			ip route del $r 2>/dev/null || true
+		done < "$CLUSTER_DIR/routes"
+	fi
 	rm -rf "$CLUSTER_DIR"
 }

@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Brings up a single-node cluster of real components on loopback:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd
-# with runc, a kubelet, a swap file, and the dra.swap kubelet plugin.
-# Run hack/cluster/build.sh first. State: CLUSTER_DIR (default
-# /var/lib/dra-swap-e2e). Clears whatever an earlier, killed run left.
+# Brings up a single-node cluster of real components on the node's own
+# address: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+# an image registry on loopback, containerd with runc, a kubelet, kube-proxy,
+# a bridge pod network, a swap file, and then the dra.swap driver (helm,
+# hack/cluster/driver.sh). Run hack/cluster/build.sh first. State:
+# CLUSTER_DIR (default /var/lib/dra-swap-e2e). Clears whatever an earlier,
+# killed run left.
+#   UP_SKIP_DRIVER=1  stop before installing the driver (a cluster without it)
 source "$(dirname "$0")/lib.sh"
 require_root
 begin=$SECONDS
-for b in kube-apiserver kube-controller-manager kube-scheduler kubelet containerd ctr containerd-shim-runc-v2 dra-swap-kubeletplugin dra-swap-hook dra-swap-controller e2e-clusterctl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy containerd ctr containerd-shim-runc-v2 dra-swap-images e2e-clusterctl; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run hack/cluster/build.sh"
 done
+[ -f "$IMAGES/index.json" ] || die "$IMAGES holds no OCI image layout: run hack/cluster/build.sh"
 teardown
-mkdir -p "$PKI" "$LOGS" "$PIDS" "$RUN" "$CLUSTER_DIR"/{kubeconfig,cdi,cni,swap,bin,pod-logs,kubelet/plugins_registry}
+mkdir -p "$PKI" "$LOGS" "$PIDS" "$RUN" "$CLUSTER_DIR"/{kubeconfig,cdi,cni/net.d,cni/ipam,swap,bin,pod-logs,registry,kubelet/plugins_registry}
 export PATH="$BIN:$PATH"
+
+# --- the node's network
+for port in $ETCD_PORT $ETCD_PEER_PORT $REGISTRY_PORT $PROXY_HEALTHZ_PORT $PROXY_METRICS_PORT; do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then die "port $port on 127.0.0.1 is in use"; fi
+done
+add_node_ip
+add_service_route
+if (exec 3<>"/dev/tcp/$NODE_IP/$API_PORT") 2>/dev/null; then die "port $API_PORT on $NODE_IP is in use"; fi
+set_sysctls
 
 # --- certificates
 log "certificates"
@@ -28,22 +41,23 @@ cert() { # name subject [serverSANs]
 	} > "$name.ext"
 	openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$name.crt" -days 30 -extfile "$name.ext" 2>/dev/null
 }
-cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+cert apiserver "/CN=kube-apiserver" "IP:$NODE_IP,IP:127.0.0.1,IP:$KUBERNETES_SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
 cert admin "/O=system:masters/CN=admin"
 cert kube-controller-manager "/CN=system:kube-controller-manager"
 cert kube-scheduler "/CN=system:kube-scheduler"
 cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
+cert kube-proxy "/CN=system:kube-proxy"
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 openssl genrsa -out sa.key 2048 2>/dev/null
 openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 cd - >/dev/null
-for user in admin kube-controller-manager kube-scheduler kubelet; do
+for user in admin kube-controller-manager kube-scheduler kubelet kube-proxy; do
 	cat > "$CLUSTER_DIR/kubeconfig/$user.kubeconfig" <<KC
 apiVersion: v1
 kind: Config
 clusters:
 - name: local
-  cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$PKI/ca.crt"}
+  cluster: {server: "https://$NODE_IP:$API_PORT", certificate-authority: "$PKI/ca.crt"}
 users:
 - name: $user
   user: {client-certificate: "$PKI/$user.crt", client-key: "$PKI/$user.key"}
@@ -59,23 +73,24 @@ KUBECONFIG=$CLUSTER_DIR/kubeconfig/admin.kubeconfig
 NODE_NAME=$NODE_NAME
 CONTAINERD_SOCK=$SOCK
 POD_LOGS_DIR=$CLUSTER_DIR/pod-logs
-WEBHOOK_URL=https://localhost:$WEBHOOK_PORT
+NODE_IP=$NODE_IP
+REGISTRY=$REGISTRY
+POD_CIDR=$POD_CIDR
+SERVICE_CIDR=$SERVICE_CIDR
 ENV
 
 # --- control plane
-for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $WEBHOOK_PORT; do
-	if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then die "port $port on 127.0.0.1 is in use"; fi
-done
 log "etcd"
 start etcd etcd --name=e2e --data-dir="$CLUSTER_DIR/etcd" \
 	--listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
 	--listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
 	--initial-cluster="e2e=http://127.0.0.1:$ETCD_PEER_PORT" --log-level=warn
 log "kube-apiserver"
-start kube-apiserver "$BIN/kube-apiserver" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
-	--endpoint-reconciler-type=none --etcd-servers="http://127.0.0.1:$ETCD_PORT" --service-cluster-ip-range=10.0.0.0/24 \
+start kube-apiserver "$BIN/kube-apiserver" --bind-address="$NODE_IP" --advertise-address="$NODE_IP" --secure-port="$API_PORT" \
+	--etcd-servers="http://127.0.0.1:$ETCD_PORT" --service-cluster-ip-range="$SERVICE_CIDR" \
 	--client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 	--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+	--kubelet-preferred-address-types=InternalIP \
 	--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$PKI/sa.pub" \
 	--service-account-signing-key-file="$PKI/sa.key" --authorization-mode=Node,RBAC --allow-privileged=true
 wait_for "kube-apiserver ready" 90 api /readyz
@@ -90,11 +105,46 @@ start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$CLUSTER_DIR/kubeconfig
 	--authorization-kubeconfig="$CLUSTER_DIR/kubeconfig/kube-scheduler.kubeconfig" \
 	--bind-address=127.0.0.1 --secure-port=0 --leader-elect=false
 
-# --- node: containerd, swap, kubelet
-log "containerd"
-cat > "$CLUSTER_DIR/cni/10-loopback.conflist" <<CNI
-{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loopback"}]}
+# --- image registry: the images build.sh made (an OCI layout), served on
+# loopback for containerd to pull over plain http
+log "registry on $REGISTRY"
+start registry "$BIN/dra-swap-images" registry -addr "$REGISTRY" -dir "$CLUSTER_DIR/registry"
+wait_for "registry" 30 curl -sf "http://$REGISTRY/v2/"
+"$BIN/dra-swap-images" push -from "$IMAGES" -registry "$REGISTRY" > "$LOGS/push.log" 2>&1 ||
+	{ cat "$LOGS/push.log" >&2; die "pushing $IMAGES to $REGISTRY failed"; }
+log "images in $REGISTRY: $(curl -sf "http://$REGISTRY/v2/_catalog" | tr -d '\n')"
+
+# --- node: pod network, containerd, swap, kubelet, kube-proxy
+# One bridge for the node's pods; containerd adds the loopback network itself.
+cat > "$CLUSTER_DIR/cni/net.d/10-$CNI_NETWORK.conflist" <<CNI
+{
+  "cniVersion": "1.0.0",
+  "name": "$CNI_NETWORK",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$POD_BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_CIDR"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": "$CLUSTER_DIR/cni/ipam"
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
 CNI
+mkdir -p "$CLUSTER_DIR/certs.d/$REGISTRY"
+cat > "$CLUSTER_DIR/certs.d/$REGISTRY/hosts.toml" <<HOSTS
+server = "http://$REGISTRY"
+[host."http://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+HOSTS
+log "containerd"
 cat > "$CLUSTER_DIR/containerd.toml" <<TOML
 version = 3
 root = "$CLUSTER_DIR/containerd/root"
@@ -110,6 +160,8 @@ state = "$CLUSTER_DIR/containerd/state"
   enable_cdi = true
   cdi_spec_dirs = ["$CLUSTER_DIR/cdi"]
   restrict_oom_score_adj = true
+  # Pod network namespaces under the state directory, which teardown unmounts.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
@@ -117,17 +169,18 @@ state = "$CLUSTER_DIR/containerd/state"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
         BinaryName = "$(command -v runc)"
+        Root = "$RUNC_ROOT"
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni"]
-    conf_dir = "$CLUSTER_DIR/cni"
+    conf_dir = "$CLUSTER_DIR/cni/net.d"
 [plugins."io.containerd.cri.v1.images"]
   [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "registry.local/pause:3.10"
+    sandbox = "$REGISTRY/pause:3.10"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "$CLUSTER_DIR/certs.d"
 TOML
 start containerd "$BIN/containerd" --config "$CLUSTER_DIR/containerd.toml"
 wait_for "containerd" 30 "$BIN/ctr" -a "$SOCK" version
-for img in "$IMAGES"/*.tar; do "$BIN/ctr" -a "$SOCK" -n k8s.io images import --no-unpack=false "$img" >/dev/null; done
-log "images imported: $("$BIN/ctr" -a "$SOCK" -n k8s.io images ls -q | tr '\n' ' ')"
 
 "$REPO/hack/cluster/swap.sh" add swapfile-1 "$SWAP_SIZE_MIB"
 
@@ -140,7 +193,8 @@ failCgroupV1: false
 failSwapOn: false
 memorySwap:
   swapBehavior: NoSwap
-address: 127.0.0.1
+# The apiserver reaches the kubelet (logs, exec) at the node IP.
+address: $NODE_IP
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
 authentication:
@@ -158,10 +212,41 @@ KCFG
 start kubelet "$BIN/kubelet" --config="$CLUSTER_DIR/kubelet/config.yaml" \
 	--kubeconfig="$CLUSTER_DIR/kubeconfig/kubelet.kubeconfig" --root-dir="$CLUSTER_DIR/kubelet" \
 	--cert-dir="$CLUSTER_DIR/kubelet/pki" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" -v=2
+
+# kube-proxy in iptables mode. It changes no sysctl: no conntrack sizing or
+# timeouts, no localhost NodePorts (route_localnet); NodePorts only on the
+# node IP.
+log "kube-proxy"
+cat > "$CLUSTER_DIR/kube-proxy.yaml" <<KPCFG
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: "$CLUSTER_DIR/kubeconfig/kube-proxy.kubeconfig"
+hostnameOverride: "$NODE_NAME"
+bindAddress: "$NODE_IP"
+healthzBindAddress: "127.0.0.1:$PROXY_HEALTHZ_PORT"
+metricsBindAddress: "127.0.0.1:$PROXY_METRICS_PORT"
+mode: iptables
+clusterCIDR: "$POD_CIDR"
+nodePortAddresses: [primary]
+iptables:
+  localhostNodePorts: false
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+KPCFG
+start kube-proxy "$BIN/kube-proxy" --config="$CLUSTER_DIR/kube-proxy.yaml" -v=2
 "$BIN/e2e-clusterctl" node-ready || { "$REPO/hack/cluster/logs.sh" 30 >&2; die "the node did not become Ready"; }
+wait_for "kube-proxy healthy" 60 curl -sf "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz"
 "$BIN/e2e-clusterctl" setup
 
 # --- the driver
-"$REPO/hack/cluster/driver.sh" start
-"$BIN/e2e-clusterctl" driver-ready || { "$REPO/hack/cluster/logs.sh" 30 >&2; die "the driver published no swap device"; }
+if [ "${UP_SKIP_DRIVER:-}" = 1 ]; then
+	log "UP_SKIP_DRIVER=1: the driver is not installed"
+else
+	"$REPO/hack/cluster/driver.sh" start
+	"$BIN/e2e-clusterctl" driver-ready || { "$REPO/hack/cluster/logs.sh" 30 >&2; die "the driver published no swap device"; }
+fi
 log "cluster up in $((SECONDS - begin))s; KUBECONFIG=$CLUSTER_DIR/kubeconfig/admin.kubeconfig; tear down with hack/cluster/down.sh"

@@ -36,9 +36,9 @@ func TestSwapClaimPreventsOOM(t *testing.T) {
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-300", "", 300*mi)
 
-	with := c.createPod(t, workloadPod(ns, "with-claim", map[string]string{"swap": "swap-300"},
+	with := c.createPod(t, c.WorkloadPod(ns, "with-claim", map[string]string{"swap": "swap-300"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 200, MemLimit: "128Mi"}))
-	without := c.createPod(t, workloadPod(ns, "without-claim", nil,
+	without := c.createPod(t, c.WorkloadPod(ns, "without-claim", nil,
 		ctr{Name: "worker", AllocMiB: 200, MemLimit: "128Mi"}))
 
 	with = c.waitPod(t, ns, with.Name, "completion", podTimeout, finished)
@@ -107,7 +107,7 @@ func TestQoSClasses(t *testing.T) {
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-300", "", 300*mi)
 
-	guaranteed := c.createPod(t, workloadPod(ns, "guaranteed", map[string]string{"swap": "swap-300"},
+	guaranteed := c.createPod(t, c.WorkloadPod(ns, "guaranteed", map[string]string{"swap": "swap-300"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 200, MemLimit: "128Mi", CPU: "100m"}))
 	guaranteed = c.waitPod(t, ns, guaranteed.Name, "completion", podTimeout, finished)
 	if guaranteed.Status.QOSClass != corev1.PodQOSGuaranteed {
@@ -119,7 +119,7 @@ func TestQoSClasses(t *testing.T) {
 	assertSwapLimit(t, c.report(t, guaranteed, "worker", "RESULT"), 300*mi)
 
 	// BestEffort: no memory limit at all.
-	bestEffort := c.createPod(t, workloadPod(ns, "best-effort", map[string]string{"swap": "swap-300"},
+	bestEffort := c.createPod(t, c.WorkloadPod(ns, "best-effort", map[string]string{"swap": "swap-300"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 16}))
 	if c.cgroupVersion(t) == 2 {
 		bestEffort = c.waitPod(t, ns, bestEffort.Name, "completion", podTimeout, finished)
@@ -204,11 +204,11 @@ func TestContainerLimits(t *testing.T) {
 	c.swapTemplate(t, ns, "swap-100", "", 100*mi)
 	c.swapTemplate(t, ns, "swap-200", "", 200*mi)
 
-	p := c.createPod(t, workloadPod(ns, "three", map[string]string{"x": "swap-100", "y": "swap-200"},
+	p := c.createPod(t, c.WorkloadPod(ns, "three", map[string]string{"x": "swap-100", "y": "swap-200"},
 		ctr{Name: "a", Claims: []string{"x"}, AllocMiB: 1, MemLimit: "64Mi"},
 		ctr{Name: "b", Claims: []string{"y"}, AllocMiB: 1, MemLimit: "64Mi"},
 		ctr{Name: "c", AllocMiB: 1, MemLimit: "64Mi"}))
-	sum := c.createPod(t, workloadPod(ns, "sum", map[string]string{"x": "swap-100", "y": "swap-200"},
+	sum := c.createPod(t, c.WorkloadPod(ns, "sum", map[string]string{"x": "swap-100", "y": "swap-200"},
 		ctr{Name: "both", Claims: []string{"x", "y"}, AllocMiB: 1, MemLimit: "64Mi"}))
 
 	p = c.waitPod(t, ns, p.Name, "completion", podTimeout, finished)
@@ -239,7 +239,7 @@ func TestSchedulingByCapacity(t *testing.T) {
 	// One pod asking more than the node offers stays Pending with the
 	// scheduler's reason, until more swap appears on the node.
 	c.swapTemplate(t, ns, "too-much", "", offer+256*mi)
-	big := c.createPod(t, workloadPod(ns, "too-much", map[string]string{"swap": "too-much"},
+	big := c.createPod(t, c.WorkloadPod(ns, "too-much", map[string]string{"swap": "too-much"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	c.assertUnschedulable(t, big, "cannot allocate all claims")
 
@@ -260,10 +260,10 @@ func TestSchedulingByCapacity(t *testing.T) {
 	now := c.offer(t)
 	share := (now * 6 / 10) / mi * mi
 	c.swapTemplate(t, ns, "sixty-percent", "", share)
-	first := c.createPod(t, workloadPod(ns, "first", map[string]string{"swap": "sixty-percent"},
+	first := c.createPod(t, c.WorkloadPod(ns, "first", map[string]string{"swap": "sixty-percent"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
 	c.waitPod(t, ns, first.Name, "running", podTimeout, running)
-	second := c.createPod(t, workloadPod(ns, "second", map[string]string{"swap": "sixty-percent"},
+	second := c.createPod(t, c.WorkloadPod(ns, "second", map[string]string{"swap": "sixty-percent"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	c.assertUnschedulable(t, second, "cannot allocate all claims")
 }
@@ -322,11 +322,11 @@ func TestDeviceClassSelectors(t *testing.T) {
 
 	c.swapTemplate(t, ns, "wrong", wrong, 64*mi)
 	c.swapTemplate(t, ns, "right", right, 64*mi)
-	nowhere := c.createPod(t, workloadPod(ns, "wrong-medium", map[string]string{"swap": "wrong"},
+	nowhere := c.createPod(t, c.WorkloadPod(ns, "wrong-medium", map[string]string{"swap": "wrong"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	c.assertUnschedulable(t, nowhere, "cannot allocate all claims")
 
-	ok := c.createPod(t, workloadPod(ns, "right-attributes", map[string]string{"swap": "right"},
+	ok := c.createPod(t, c.WorkloadPod(ns, "right-attributes", map[string]string{"swap": "right"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	ok = c.waitPod(t, ns, ok.Name, "completion", podTimeout, finished)
 	if ok.Status.Phase != corev1.PodSucceeded {
@@ -356,7 +356,7 @@ func TestUnprepareCleansUp(t *testing.T) {
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
 	// The claim of a finished pod is deleted at once: look while it runs.
-	p := c.createPod(t, workloadPod(ns, "short", map[string]string{"swap": "swap-64"},
+	p := c.createPod(t, c.WorkloadPod(ns, "short", map[string]string{"swap": "swap-64"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
 	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
 	uid := c.claimUID(t, p)
@@ -409,7 +409,7 @@ func TestPluginRestart(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-128", "", 128*mi)
-	long := c.createPod(t, workloadPod(ns, "long", map[string]string{"swap": "swap-128"},
+	long := c.createPod(t, c.WorkloadPod(ns, "long", map[string]string{"swap": "swap-128"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
 	long = c.waitPod(t, ns, long.Name, "running", podTimeout, running)
 	before := c.hostSwapLimit(t, long, "worker")
@@ -418,7 +418,7 @@ func TestPluginRestart(t *testing.T) {
 	}
 
 	t.Logf("%s restarting the plugin", time.Now().Format(time.TimeOnly))
-	c.script(t, "driver.sh", "restart")
+	c.restartPlugin(t)
 	t.Logf("%s restarted", time.Now().Format(time.TimeOnly))
 
 	after := c.waitPod(t, ns, long.Name, "still running", podTimeout, running)
@@ -428,7 +428,7 @@ func TestPluginRestart(t *testing.T) {
 	if got := c.hostSwapLimit(t, after, "worker"); got != before {
 		t.Errorf("host cgroup swap limit changed from %d to %d across a plugin restart", before, got)
 	}
-	fresh := c.createPod(t, workloadPod(ns, "after-restart", map[string]string{"swap": "swap-128"},
+	fresh := c.createPod(t, c.WorkloadPod(ns, "after-restart", map[string]string{"swap": "swap-128"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	fresh = c.waitPod(t, ns, fresh.Name, "completion", podTimeout, finished)
 	t.Logf("%s fresh pod finished", time.Now().Format(time.TimeOnly))
@@ -490,7 +490,7 @@ func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
 	if wantBehavior == "" {
 		t.Fatalf("node %s has no node.kubernetes.io/swap-behavior label: %v", c.Node, node.Labels)
 	}
-	pod := workloadPod(ns, "downward", map[string]string{"swap": "swap-64"},
+	pod := c.WorkloadPod(ns, "downward", map[string]string{"swap": "swap-64"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"})
 	fromLabel := func(name, label string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + label + "']"}}}
@@ -546,7 +546,7 @@ func TestSwapConfigKnobs(t *testing.T) {
 		if _, err := c.client.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("%s: %v", k.name, err)
 		}
-		p := c.createPod(t, workloadPod(ns, k.name, map[string]string{"swap": k.name},
+		p := c.createPod(t, c.WorkloadPod(ns, k.name, map[string]string{"swap": k.name},
 			ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 		r := c.report(t, p, "worker", "START")
 		for f, want := range k.files {

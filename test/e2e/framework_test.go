@@ -26,11 +26,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 
-const (
-	mi = int64(1) << 20
-	// Images built by test/e2e/images and imported into containerd.
-	workloadImage = "registry.local/swap-workload:v1"
-)
+const mi = int64(1) << 20
 
 // env is the running local cluster as the tests use it.
 type env struct {
@@ -90,7 +86,8 @@ func (c *env) deleteNamespace(t *testing.T, ns string) {
 }
 
 // diagnose prints what a person needs to see why a test failed: pod
-// phases and events, claim status, and the plugin's and kubelet's logs.
+// phases and events, claim status, the driver's pods described with their
+// logs, and the kubelet's, scheduler's and containerd's logs.
 func (c *env) diagnose(t *testing.T, ns string) {
 	ctx := context.Background()
 	var b strings.Builder
@@ -110,7 +107,8 @@ func (c *env) diagnose(t *testing.T, ns string) {
 		status, _ := json.Marshal(cl.Status)
 		fmt.Fprintf(&b, "claim %s: %s\n", cl.Name, status)
 	}
-	for _, component := range []string{"dra-swap-kubeletplugin", "kubelet", "kube-scheduler", "containerd"} {
+	b.WriteString(c.driverDiagnostics())
+	for _, component := range []string{"kubelet", "kube-scheduler", "containerd"} {
 		fmt.Fprintf(&b, "--- last lines of %s.log\n%s\n", component, tail(filepath.Join(c.dir, "logs", component+".log"), 40))
 	}
 	t.Log("diagnostics:\n" + b.String())
@@ -159,7 +157,6 @@ func (c *env) swapTemplate(t *testing.T, ns, name, class string, bytes int64) {
 
 type ctr = cluster.Container
 
-var workloadPod = cluster.WorkloadPod
 
 func (c *env) createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
 	t.Helper()

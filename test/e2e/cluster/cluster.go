@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
@@ -38,14 +39,30 @@ func Scaled(d time.Duration) time.Duration {
 	return d
 }
 
-// WorkloadImage is built by test/e2e/images and imported into containerd.
-const WorkloadImage = "registry.local/swap-workload:v1"
+// DefaultRegistry is the loopback registry hack/cluster/up.sh runs; the
+// cluster's env file names the one in use (REGISTRY).
+const DefaultRegistry = "127.0.0.1:25000"
+
+// Registry is where the cluster's containerd pulls the driver's and the
+// tests' images from.
+func (c *Cluster) Registry() string {
+	if r := c.Env["REGISTRY"]; r != "" {
+		return r
+	}
+	return DefaultRegistry
+}
+
+// WorkloadImage is the test workload (test/e2e/images/workload), built by
+// `make images` and pushed to the cluster's registry.
+func (c *Cluster) WorkloadImage() string { return c.Registry() + "/swap-workload:v1" }
 
 // Cluster is a running local cluster.
 type Cluster struct {
 	Dir    string
 	Node   string
 	Client kubernetes.Interface
+	// Config is the admin's client configuration.
+	Config *rest.Config
 	Env    map[string]string
 }
 
@@ -76,7 +93,7 @@ func Load(dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cluster{Dir: dir, Node: env["NODE_NAME"], Client: client, Env: env}, nil
+	return &Cluster{Dir: dir, Node: env["NODE_NAME"], Client: client, Config: config, Env: env}, nil
 }
 
 // SwapTemplate is a ResourceClaimTemplate asking for bytes of swap from
@@ -110,7 +127,7 @@ type Container struct {
 
 // WorkloadPod builds a hostNetwork pod of workload containers; templates
 // maps pod-level claim names to ResourceClaimTemplates.
-func WorkloadPod(ns, name string, templates map[string]string, containers ...Container) *corev1.Pod {
+func (c *Cluster) WorkloadPod(ns, name string, templates map[string]string, containers ...Container) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{
@@ -122,24 +139,24 @@ func WorkloadPod(ns, name string, templates map[string]string, containers ...Con
 	for _, claim := range slices.Sorted(maps.Keys(templates)) {
 		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: claim, ResourceClaimTemplateName: ptr.To(templates[claim])})
 	}
-	for _, c := range containers {
+	for _, ctr := range containers {
 		k := corev1.Container{
-			Name:            c.Name,
-			Image:           WorkloadImage,
-			ImagePullPolicy: corev1.PullNever,
+			Name:            ctr.Name,
+			Image:           c.WorkloadImage(),
+			ImagePullPolicy: corev1.PullIfNotPresent,
 			Env: []corev1.EnvVar{
-				{Name: "ALLOC_MIB", Value: strconv.Itoa(c.AllocMiB)},
-				{Name: "HOLD_SECONDS", Value: strconv.Itoa(c.Hold)},
+				{Name: "ALLOC_MIB", Value: strconv.Itoa(ctr.AllocMiB)},
+				{Name: "HOLD_SECONDS", Value: strconv.Itoa(ctr.Hold)},
 			},
 		}
-		if c.MemLimit != "" {
-			k.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(c.MemLimit)}
-			if c.CPU != "" {
-				k.Resources.Limits[corev1.ResourceCPU] = resource.MustParse(c.CPU)
+		if ctr.MemLimit != "" {
+			k.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(ctr.MemLimit)}
+			if ctr.CPU != "" {
+				k.Resources.Limits[corev1.ResourceCPU] = resource.MustParse(ctr.CPU)
 				k.Resources.Requests = k.Resources.Limits.DeepCopy()
 			}
 		}
-		for _, claim := range c.Claims {
+		for _, claim := range ctr.Claims {
 			k.Resources.Claims = append(k.Resources.Claims, corev1.ResourceClaim{Name: claim})
 		}
 		p.Spec.Containers = append(p.Spec.Containers, k)

@@ -1,6 +1,6 @@
-// Command clusterctl does the API steps of hack/cluster/up.sh: waiting for
-// the node, labelling it, creating the DeviceClass and waiting for the
-// driver's ResourceSlice. It reads CLUSTER_DIR/env like the e2e tests.
+// Command clusterctl does the API steps of hack/cluster/up.sh and
+// driver.sh: waiting for the node, labelling it, creating the driver's
+// namespace and waiting for the driver's ResourceSlice and node labels. It reads CLUSTER_DIR/env like the e2e tests.
 package main
 
 import (
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,17 +21,17 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: clusterctl node-ready|setup|driver-ready")
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: clusterctl node-ready|setup|namespace NAME|driver-ready")
 		os.Exit(2)
 	}
-	if err := run(context.Background(), os.Args[1]); err != nil {
+	if err := run(context.Background(), os.Args[1], os.Args[2:]); err != nil {
 		fmt.Fprintf(os.Stderr, "clusterctl %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cmd string) error {
+func run(ctx context.Context, cmd string, args []string) error {
 	c, err := cluster.Load("")
 	if err != nil {
 		return err
@@ -56,28 +55,25 @@ func run(ctx context.Context, cmd string) error {
 		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("label node: %w", err)
 		}
-		class := &resourceapi.DeviceClass{
-			ObjectMeta: metav1.ObjectMeta{Name: "dra.swap"},
-			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-				CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "dra.swap"`},
-			}}},
-		}
-		if _, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create DeviceClass: %w", err)
-		}
-		// The controller's webhooks, as the helm chart installs them; the
-		// controller injects its CA.
-		mutating, validating := webhook.Configurations(webhook.URLClientConfig(c.Env["WEBHOOK_URL"]))
-		if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create MutatingWebhookConfiguration: %w", err)
-		}
-		if _, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create ValidatingWebhookConfiguration: %w", err)
-		}
 		return poll(ctx, time.Minute, "the default ServiceAccount", func(ctx context.Context) (bool, error) {
 			_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 			return err == nil, nil
 		})
+	case "namespace":
+		// The driver's namespace: its kubelet plugin mounts host paths,
+		// which only the privileged Pod Security level allows.
+		if len(args) != 1 {
+			return fmt.Errorf("usage: namespace NAME")
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: args[0], Labels: map[string]string{
+			"pod-security.kubernetes.io/enforce": "privileged",
+			"pod-security.kubernetes.io/warn":    "privileged",
+		}}}
+		_, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
 	case "driver-ready":
 		err := poll(ctx, 2*time.Minute, "the dra.swap ResourceSlice with a swap device", func(ctx context.Context) (bool, error) {
 			slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})

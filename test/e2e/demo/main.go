@@ -42,9 +42,9 @@ func run(ctx context.Context) error {
 		return err
 	}
 	pods := []*corev1.Pod{
-		cluster.WorkloadPod(ns, "with-swap-claim", map[string]string{"swap": "swap-300mi"},
+		c.WorkloadPod(ns, "with-swap-claim", map[string]string{"swap": "swap-300mi"},
 			cluster.Container{Name: "worker", Claims: []string{"swap"}, AllocMiB: 200, MemLimit: "128Mi"}),
-		cluster.WorkloadPod(ns, "without-claim", nil,
+		c.WorkloadPod(ns, "without-claim", nil,
 			cluster.Container{Name: "worker", AllocMiB: 200, MemLimit: "128Mi"}),
 	}
 	fmt.Println("Each pod: memory limit 128Mi, allocates and touches 200MiB.")

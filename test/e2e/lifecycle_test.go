@@ -1,0 +1,532 @@
+package e2e
+
+// The driver's life cycle as an admin drives it with helm: upgrade under
+// load, uninstall and reinstall, the plugin's ResourceSlice permissions,
+// and the cluster going on while the controller (and its webhooks) is
+// down. These tests change the installation and restore it afterwards;
+// they run after the tests in e2e_test.go (Go runs files in name order).
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
+)
+
+// driverVersion is the image tag the cluster scripts install, and
+// upgradeVersion the tag of the same code built with another version
+// label (another digest), which hack/cluster/build.sh also builds.
+func (c *env) driverVersion() string {
+	if v := c.Env["DRIVER_VERSION"]; v != "" {
+		return v
+	}
+	return "0.1.0"
+}
+
+func (c *env) upgradeVersion() string {
+	if v := c.Env["DRIVER_UPGRADE_VERSION"]; v != "" {
+		return v
+	}
+	return c.driverVersion() + "-upgrade"
+}
+
+// startTimes records, from a watch, when each pod of a namespace was first
+// seen past Pending (its container started), on this machine's clock:
+// the API's timestamps have whole seconds only.
+type startTimes struct {
+	mu      sync.Mutex
+	created map[string]time.Time
+	started map[string]time.Time
+}
+
+func (c *env) watchStarts(t *testing.T, ns string) *startTimes {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := c.client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &startTimes{created: map[string]time.Time{}, started: map[string]time.Time{}}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			if p.Status.Phase != corev1.PodPending && p.Status.Phase != "" {
+				s.mu.Lock()
+				if _, seen := s.started[p.Name]; !seen {
+					s.started[p.Name] = time.Now()
+				}
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *startTimes) create(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.created[name] = time.Now()
+}
+
+func (s *startTimes) latency(name string) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start, ok := s.started[name]
+	if !ok {
+		return 0, false
+	}
+	return start.Sub(s.created[name]), true
+}
+
+// TestUpgradeUnderLoad: `helm upgrade` to an image of the same code with
+// another version label rolls the kubelet plugin (old and new pod run
+// side by side, maxSurge 1) while new claim pods keep arriving. Every one
+// of them gets its limit without waiting out a kubelet retry, a running
+// pod keeps its limit, and its claim unprepares cleanly afterwards.
+func TestUpgradeUnderLoad(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
+	old := c.createPod(t, c.WorkloadPod(ns, "old", map[string]string{"swap": "swap-96"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 1800}))
+	old = c.waitPod(t, ns, old.Name, "running", podTimeout, running)
+	before := c.hostSwapLimit(t, old, "worker")
+	if before != 96*mi {
+		t.Fatalf("old pod: host cgroup swap limit %d, want %d", before, 96*mi)
+	}
+	oldClaim := c.claimUID(t, old)
+	plugin := c.pluginPods(t)[0]
+	t.Logf("plugin pod %s runs %s", plugin.Name, plugin.Spec.Containers[0].Image)
+	t.Cleanup(func() { c.driverScript(t, "upgrade", c.driverVersion()) })
+
+	starts := c.watchStarts(t, ns)
+	var (
+		mu     sync.Mutex
+		probes []string
+		phases = map[string]string{} // probe -> "before", "during", "after"
+		phase  = "before"
+		errs   []error
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			name := fmt.Sprintf("load-%03d", i)
+			starts.create(name)
+			_, err := c.client.CoreV1().Pods(ns).Create(context.Background(), c.WorkloadPod(ns, name, map[string]string{"swap": "swap-96"},
+				ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}), metav1.CreateOptions{})
+			mu.Lock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("create %s: %w", name, err))
+			} else {
+				probes = append(probes, name)
+				phases[name] = phase
+			}
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	setPhase := func(p string) { mu.Lock(); phase = p; mu.Unlock() }
+
+	time.Sleep(cluster.Scaled(3 * time.Second))
+	setPhase("during")
+	begin := time.Now()
+	t.Logf("%s helm upgrade to %s", begin.Format(time.TimeOnly), c.upgradeVersion())
+	c.driverScript(t, "upgrade", c.upgradeVersion())
+	rollout := time.Since(begin)
+	fresh := c.waitPluginReady(t, func(p *corev1.Pod) bool {
+		return p.UID != plugin.UID && strings.HasSuffix(p.Spec.Containers[0].Image, ":"+c.upgradeVersion())
+	})
+	t.Logf("%s rollout done in %v: plugin pod %s runs %s", time.Now().Format(time.TimeOnly), rollout.Round(time.Millisecond), fresh.Name, fresh.Spec.Containers[0].Image)
+	setPhase("after")
+	time.Sleep(cluster.Scaled(3 * time.Second))
+	close(stop)
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+
+	// Every probe ran with its limit, and none met a failed prepare (which
+	// the kubelet retries with a backoff).
+	byPhase := map[string][]time.Duration{}
+	var worst time.Duration
+	var worstPod string
+	for _, name := range probes {
+		p := c.waitPod(t, ns, name, "completion", podTimeout, finished)
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("%s: phase %s, reason %s", name, p.Status.Phase, terminatedReason(p, "worker"))
+			continue
+		}
+		assertSwapLimit(t, c.report(t, p, "worker", "START"), 96*mi)
+		if msg := c.podMessages(t, p); strings.Contains(msg, "FailedPrepareDynamicResources") {
+			t.Errorf("%s (%s the upgrade) had a failed prepare:\n%s", name, phases[name], msg)
+		}
+		d, ok := starts.latency(name)
+		if !ok {
+			t.Errorf("%s: never seen started", name)
+			continue
+		}
+		byPhase[phases[name]] = append(byPhase[phases[name]], d)
+		if phases[name] == "during" && d > worst {
+			worst, worstPod = d, name
+		}
+	}
+	for _, ph := range []string{"before", "during", "after"} {
+		t.Logf("create -> started, %s the upgrade: %s", ph, summarize(byPhase[ph]))
+	}
+	t.Logf("largest create -> started during the rollout: %v (%s); rollout (helm upgrade --wait) %v", worst.Round(time.Millisecond), worstPod, rollout.Round(time.Millisecond))
+	if len(byPhase["during"]) == 0 {
+		t.Error("no pod was created during the rollout")
+	}
+
+	// The old pod kept running with its limit; its claim, prepared by the
+	// old plugin, is unprepared by the new one.
+	old = c.waitPod(t, ns, old.Name, "still running", podTimeout, running)
+	if old.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("old pod's container restarted")
+	}
+	if got := c.hostSwapLimit(t, old, "worker"); got != before {
+		t.Errorf("old pod: host cgroup swap limit changed from %d to %d across the upgrade", before, got)
+	}
+	if err := c.client.CoreV1().Pods(ns).Delete(context.Background(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitUnprepared(t, oldClaim)
+}
+
+// waitUnprepared waits until a claim's CDI spec and checkpoint entry are
+// gone.
+func (c *env) waitUnprepared(t *testing.T, claimUID string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, podTimeout, true, func(context.Context) (bool, error) {
+		return !c.specExists(claimUID) && !c.checkpointHas(t, claimUID), nil
+	})
+	if err != nil {
+		t.Errorf("claim %s: CDI spec present %v, checkpoint entry present %v after its pod was deleted", claimUID, c.specExists(claimUID), c.checkpointHas(t, claimUID))
+	}
+}
+
+func summarize(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "no pods"
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return fmt.Sprintf("%d pods, median %v, max %v", len(s), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
+}
+
+// chartObject is one object of the release's manifest.
+type chartObject struct {
+	gvk       string
+	namespace string
+	name      string
+	resource  dynamic.ResourceInterface
+}
+
+func (o chartObject) String() string {
+	if o.namespace == "" {
+		return o.gvk + " " + o.name
+	}
+	return o.gvk + " " + o.namespace + "/" + o.name
+}
+
+// releaseObjects lists the objects helm made for the release.
+func (c *env) releaseObjects(t *testing.T) []chartObject {
+	t.Helper()
+	manifest := c.helm(t, "get", "manifest", driverRelease)
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
+	var objs []chartObject
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("decode the release manifest: %v", err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		gvk := u.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, u.GetName(), err)
+		}
+		o := chartObject{gvk: gvk.Kind, name: u.GetName()}
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			o.namespace = u.GetNamespace()
+			if o.namespace == "" {
+				o.namespace = driverNamespace
+			}
+			o.resource = dyn.Resource(mapping.Resource).Namespace(o.namespace)
+		} else {
+			o.resource = dyn.Resource(mapping.Resource)
+		}
+		objs = append(objs, o)
+	}
+	if len(objs) == 0 {
+		t.Fatal("the release manifest has no objects")
+	}
+	return objs
+}
+
+// TestUninstallAndReinstall: `helm uninstall` removes every object the
+// chart made and, through the kubelet, the driver's ResourceSlices;
+// running containers keep their limits; the hook binary and the CDI
+// specs and checkpoint of running claims stay on the node, where a
+// reinstall picks them up and unprepares them when their pods go.
+func TestUninstallAndReinstall(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	ctx := context.Background()
+	c.swapTemplate(t, ns, "swap-80", "", 80*mi)
+	keep := c.createPod(t, c.WorkloadPod(ns, "keeps-running", map[string]string{"swap": "swap-80"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 1800}))
+	keep = c.waitPod(t, ns, keep.Name, "running", podTimeout, running)
+	before := c.hostSwapLimit(t, keep, "worker")
+	claim := c.claimUID(t, keep)
+
+	objs := c.releaseObjects(t)
+	var names []string
+	for _, o := range objs {
+		if _, err := o.resource.Get(ctx, o.name, metav1.GetOptions{}); err != nil {
+			t.Errorf("before uninstall: %s: %v", o, err)
+		}
+		names = append(names, o.String())
+	}
+	t.Logf("the release made %d objects: %s", len(objs), strings.Join(names, ", "))
+
+	installed := true
+	t.Cleanup(func() {
+		if !installed {
+			c.driverScript(t, "install")
+		}
+	})
+	installed = false
+	c.driverScript(t, "uninstall")
+	var left []string
+	for _, o := range objs {
+		err := waitGone(ctx, time.Minute, func(ctx context.Context) error {
+			_, err := o.resource.Get(ctx, o.name, metav1.GetOptions{})
+			return err
+		})
+		if err != nil {
+			left = append(left, o.String())
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("after helm uninstall, still there: %s", strings.Join(left, ", "))
+	} else {
+		t.Logf("after helm uninstall: none of the %d objects is left", len(objs))
+	}
+	// The kubelet wipes a driver's ResourceSlices 30 s after its last
+	// plugin unregistered.
+	err := wait.PollUntilContextTimeout(ctx, time.Second, cluster.Scaled(2*time.Minute), true, func(ctx context.Context) (bool, error) {
+		return c.swapDevice(t) == nil, nil
+	})
+	if err != nil {
+		t.Errorf("the dra.swap ResourceSlice is still published after uninstall")
+	}
+
+	// What stays on the node: running containers and their limits, the
+	// hook (a container of a running claim may still start), the claim's
+	// CDI spec and checkpoint entry.
+	keep = c.waitPod(t, ns, keep.Name, "still running", podTimeout, running)
+	if got := c.hostSwapLimit(t, keep, "worker"); got != before {
+		t.Errorf("running container's swap limit changed from %d to %d after uninstall", before, got)
+	}
+	hook := filepath.Join(c.dir, "bin", "dra-swap-hook")
+	if fi, err := os.Stat(hook); err != nil || fi.Mode()&0o111 == 0 {
+		t.Errorf("hook binary %s after uninstall: %v (mode %v)", hook, err, fi)
+	}
+	if !c.specExists(claim) || !c.checkpointHas(t, claim) {
+		t.Errorf("running claim %s after uninstall: CDI spec present %v, checkpoint entry present %v; want both", claim, c.specExists(claim), c.checkpointHas(t, claim))
+	}
+
+	c.driverScript(t, "install")
+	installed = true
+	c.waitOffer(t, "be published again", func(b int64) bool { return b > 0 })
+	if err := c.client.CoreV1().Pods(ns).Delete(ctx, keep.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitUnprepared(t, claim)
+	fresh := c.createPod(t, c.WorkloadPod(ns, "after-reinstall", map[string]string{"swap": "swap-80"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
+	fresh = c.waitPod(t, ns, fresh.Name, "completion", podTimeout, finished)
+	if fresh.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("after reinstall: phase %s, reason %s", fresh.Status.Phase, terminatedReason(fresh, "worker"))
+	}
+	assertSwapLimit(t, c.report(t, fresh, "worker", "START"), 80*mi)
+}
+
+// TestPluginSlicesOwnNodeOnly: with the kubelet plugin's own
+// ServiceAccount token (bound to its pod, so it carries the node's name),
+// writing a ResourceSlice of another node is refused by the chart's
+// ValidatingAdmissionPolicy, writing one of its own node is allowed, and a
+// token without a node is refused.
+func TestPluginSlicesOwnNodeOnly(t *testing.T) {
+	c := loadCluster(t)
+	ctx := context.Background()
+	plugin := c.pluginPods(t)[0]
+	token := func(bound bool) kubernetes.Interface {
+		req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
+		if bound {
+			req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: plugin.Name, UID: plugin.UID}
+		}
+		tr, err := c.client.CoreV1().ServiceAccounts(driverNamespace).CreateToken(ctx, plugin.Spec.ServiceAccountName, req, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := rest.AnonymousClientConfig(c.Config)
+		cfg.BearerToken = tr.Status.Token
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return client
+	}
+	slice := func(node string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-own-node-"},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver:   "dra.swap",
+				Pool:     resourceapi.ResourcePool{Name: "e2e-" + rand.String(5), ResourceSliceCount: 1},
+				NodeName: ptr.To(node),
+			},
+		}
+	}
+	asPlugin := token(true)
+	_, err := asPlugin.ResourceV1().ResourceSlices().Create(ctx, slice("some-other-node"), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "some-other-node") {
+		t.Errorf("the plugin creating another node's ResourceSlice: got %v, want a refusal naming that node", err)
+	} else {
+		t.Logf("another node's slice refused: %v", err)
+	}
+	own, err := asPlugin.ResourceV1().ResourceSlices().Create(ctx, slice(c.node), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the plugin creating its own node's ResourceSlice: %v", err)
+	}
+	if err := asPlugin.ResourceV1().ResourceSlices().Delete(ctx, own.Name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the plugin deleting its own node's ResourceSlice: %v", err)
+	}
+	_, err = token(false).ResourceV1().ResourceSlices().Create(ctx, slice(c.node), metav1.CreateOptions{})
+	if err == nil || !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+		t.Errorf("a token of the plugin's ServiceAccount without a node: got %v, want a refusal", err)
+	} else {
+		t.Logf("token without a node refused: %v", err)
+	}
+}
+
+// TestControllerDown: with the controller scaled to 0 (no webhook
+// endpoint), pods with and without swap claims still bind and run; a
+// claim carrying dra.swap config is refused (the validator fails closed)
+// while one without is not; once the controller is back, the reconciler
+// labels the pod bound without the webhook, and invalid config is refused
+// with the reason.
+func TestControllerDown(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	ctx := context.Background()
+	_, dep := c.driverWorkloads(t)
+	replicas := ptr.Deref(dep.Spec.Replicas, 1)
+	t.Cleanup(func() { c.scaleController(t, replicas) })
+	c.scaleController(t, 0)
+
+	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
+	with := c.createPod(t, c.WorkloadPod(ns, "with-claim", map[string]string{"swap": "swap-64"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
+	without := c.createPod(t, c.WorkloadPod(ns, "without-claim", nil, ctr{Name: "worker", AllocMiB: 1, MemLimit: "64Mi"}))
+	with = c.waitPod(t, ns, with.Name, "running", podTimeout, running)
+	assertSwapLimit(t, c.report(t, with, "worker", "START"), 64*mi)
+	without = c.waitPod(t, ns, without.Name, "completion", podTimeout, finished)
+	if without.Status.Phase != corev1.PodSucceeded {
+		t.Errorf("pod without a claim: phase %s", without.Status.Phase)
+	}
+	t.Logf("with the controller down, pod labels at bind time: %v", with.Labels)
+
+	claim := func(name, config string) *resourceapi.ResourceClaim {
+		tmpl := cluster.SwapTemplate(ns, name, "", 64*mi)
+		cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: tmpl.Spec.Spec}
+		cl.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(config)}},
+		}}}
+		return cl
+	}
+	valid := `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig"}`
+	if _, err := c.client.ResourceV1().ResourceClaims(ns).Create(ctx, claim("config-while-down", valid), metav1.CreateOptions{}); err == nil {
+		t.Errorf("a claim with dra.swap config was accepted while the validating webhook was down; its failurePolicy is Fail")
+	} else {
+		t.Logf("claim with dra.swap config while the controller is down: %v", err)
+	}
+
+	c.scaleController(t, replicas)
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, podTimeout, true, func(ctx context.Context) (bool, error) {
+		p, err := c.client.CoreV1().Pods(ns).Get(ctx, with.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		with = p
+		return p.Labels["kubernetes.io/hostname"] != "" && p.Labels["node.kubernetes.io/swap-behavior"] != "", nil
+	})
+	if err != nil {
+		t.Errorf("the reconciler did not label the pod bound while the controller was down: labels %v", with.Labels)
+	}
+	_, err = c.client.ResourceV1().ResourceClaims(ns).Create(ctx, claim("invalid", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":150}`), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "must be between 1 and 100") {
+		t.Errorf("invalid SwapConfig with the controller back: got %v, want a refusal naming the reason", err)
+	}
+	if _, err := c.client.ResourceV1().ResourceClaims(ns).Create(ctx, claim("valid", valid), metav1.CreateOptions{}); err != nil {
+		t.Errorf("valid SwapConfig with the controller back: %v", err)
+	}
+}
