@@ -33,7 +33,9 @@ cp -a hack/cluster "$share/repo/hack/"
 cp -a deployments/helm "$share/repo/deployments/"
 # Hard links where possible: the binaries are large.
 cp -al _output/bin "$share/repo/_output/bin" 2>/dev/null || cp -a _output/bin "$share/repo/_output/bin"
-cp -al _output/images "$share/repo/_output/images" 2>/dev/null || cp -a _output/images "$share/repo/_output/images"
+for layout in images images-upgrade; do
+	cp -al "_output/$layout" "$share/repo/_output/$layout" 2>/dev/null || cp -a "_output/$layout" "$share/repo/_output/$layout"
+done
 CGO_ENABLED=0 go test -c -o "$share/e2e.test" ./test/e2e
 cat > "$share/run.sh" <<'RUN'
 #!/bin/bash

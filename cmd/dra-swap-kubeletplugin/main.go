@@ -58,7 +58,7 @@ func run(args []string) error {
 	fs.StringVar(&o.defaultRequest, "default-request", "1Gi", "Swap granted to a claim whose request names no capacity; capped at the offer.")
 	fs.DurationVar(&o.cfg.RescanInterval, "rescan-interval", 5*time.Second, "How often the node's swap and kubelet configuration are rediscovered.")
 	fs.BoolVar(&o.cfg.AllowCriticalPods, "allow-critical-pods", false, "Let system-node-critical and system-cluster-critical pods use swap.")
-	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics and readiness (registered with the kubelet) at /readyz; disabled when empty.")
+	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics, readiness (registered with the kubelet) at /readyz and liveness (the plugin runs) at /healthz; disabled when empty.")
 
 	if err := commandline.Parse(fs, args); err != nil {
 		return err

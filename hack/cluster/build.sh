@@ -22,6 +22,9 @@ if [ ! -x "$BIN/helm" ] || [ "$helm_src/go.sum" -nt "$BIN/helm" ] || [ "$helm_sr
 fi
 go build -o "$BIN/dra-swap-images" ./hack/images
 # The driver's image and the tests' images, as one OCI layout that up.sh
-# pushes into the cluster's registry.
-"$BIN/dra-swap-images" build -out "$IMAGES" -version "${VERSION:-0.1.0}" -revision "$(git rev-parse HEAD)" -set all
+# pushes into the cluster's registry; and the driver's image of the same
+# code with another version label (another digest), the e2e upgrade's target.
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+"$BIN/dra-swap-images" build -out "$IMAGES" -version "$DRIVER_VERSION" -revision "$revision" -set all
+"$BIN/dra-swap-images" build -out "$IMAGES-upgrade" -version "$DRIVER_UPGRADE_VERSION" -revision "$revision" -set driver
 log "build done in $((SECONDS - start_time))s"

@@ -17,7 +17,7 @@ values() {
 # What this cluster sets; every other value is the chart's default.
 image:
   repository: $REGISTRY/dra-driver-swap
-  tag: "${VERSION:-0.1.0}"
+  tag: "$DRIVER_VERSION"
 kubeletPlugin:
   kubeletRootDir: $CLUSTER_DIR/kubelet
   kubeletConfig:
@@ -45,7 +45,7 @@ install | start)
 	require_root
 	values > "$CLUSTER_DIR/values.yaml"
 	namespace
-	log "helm install $RELEASE (image $REGISTRY/dra-driver-swap:${VERSION:-0.1.0})"
+	log "helm install $RELEASE (image $REGISTRY/dra-driver-swap:$DRIVER_VERSION)"
 	begin=$SECONDS
 	"$HELM" upgrade --install "$RELEASE" "$CHART" --namespace "$NAMESPACE" \
 		--values "$CLUSTER_DIR/values.yaml" --wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"

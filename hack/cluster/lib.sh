@@ -6,6 +6,10 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${BIN:-$REPO/_output/bin}"
 IMAGES="${IMAGES:-$REPO/_output/images}"
+# The driver image's tag (the chart's appVersion) and the tag of the same
+# code built with another version label, which the e2e upgrade test rolls to.
+DRIVER_VERSION="${DRIVER_VERSION:-${VERSION:-0.1.0}}"
+DRIVER_UPGRADE_VERSION="${DRIVER_UPGRADE_VERSION:-$DRIVER_VERSION-upgrade}"
 CLUSTER_DIR="${CLUSTER_DIR:-/var/lib/dra-swap-e2e}"
 NODE_NAME="${NODE_NAME:-dra-swap-node}"
 SWAP_SIZE_MIB="${SWAP_SIZE_MIB:-1024}"

@@ -13,7 +13,9 @@ begin=$SECONDS
 for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy containerd ctr containerd-shim-runc-v2 dra-swap-images e2e-clusterctl; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run hack/cluster/build.sh"
 done
-[ -f "$IMAGES/index.json" ] || die "$IMAGES holds no OCI image layout: run hack/cluster/build.sh"
+for layout in "$IMAGES" "$IMAGES-upgrade"; do
+	[ -f "$layout/index.json" ] || die "$layout holds no OCI image layout: run hack/cluster/build.sh"
+done
 teardown
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$RUN" "$CLUSTER_DIR"/{kubeconfig,cdi,cni/net.d,cni/ipam,swap,bin,pod-logs,registry,kubelet/plugins_registry}
 export PATH="$BIN:$PATH"
@@ -77,6 +79,8 @@ NODE_IP=$NODE_IP
 REGISTRY=$REGISTRY
 POD_CIDR=$POD_CIDR
 SERVICE_CIDR=$SERVICE_CIDR
+DRIVER_VERSION=$DRIVER_VERSION
+DRIVER_UPGRADE_VERSION=$DRIVER_UPGRADE_VERSION
 ENV
 
 # --- control plane
@@ -110,8 +114,10 @@ start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$CLUSTER_DIR/kubeconfig
 log "registry on $REGISTRY"
 start registry "$BIN/dra-swap-images" registry -addr "$REGISTRY" -dir "$CLUSTER_DIR/registry"
 wait_for "registry" 30 curl -sf "http://$REGISTRY/v2/"
-"$BIN/dra-swap-images" push -from "$IMAGES" -registry "$REGISTRY" > "$LOGS/push.log" 2>&1 ||
-	{ cat "$LOGS/push.log" >&2; die "pushing $IMAGES to $REGISTRY failed"; }
+for layout in "$IMAGES" "$IMAGES-upgrade"; do
+	"$BIN/dra-swap-images" push -from "$layout" -registry "$REGISTRY" >> "$LOGS/push.log" 2>&1 ||
+		{ cat "$LOGS/push.log" >&2; die "pushing $layout to $REGISTRY failed"; }
+done
 log "images in $REGISTRY: $(curl -sf "http://$REGISTRY/v2/_catalog" | tr -d '\n')"
 
 # --- node: pod network, containerd, swap, kubelet, kube-proxy

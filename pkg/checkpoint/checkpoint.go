@@ -4,6 +4,13 @@
 // atomically (temporary file, fsync, rename, fsync of the directory),
 // carries a format version and the boot ID, and is ignored after a reboot:
 // transient CDI specs and hook state live on tmpfs and are gone then too.
+//
+// Several plugin instances may share the file: during a rolling update of
+// the DaemonSet the old and the new pod run side by side and the kubelet
+// may call either. So nobody keeps the checkpoint in memory: every change
+// reads the file, changes it and saves it under an exclusive flock(2) on a
+// lock file beside it (Update), which excludes other processes and other
+// Stores in the same process alike.
 package checkpoint
 
 import (
@@ -15,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -58,7 +66,9 @@ func New(bootID string) *Checkpoint {
 	return &Checkpoint{Version: Version, BootID: bootID, Claims: map[types.UID]ClaimInfo{}}
 }
 
-// Store reads and writes the checkpoint file at one path.
+// Store reads and writes the checkpoint file at one path. It keeps no
+// state between calls, so any number of Stores, in one process or in
+// several, can share a file.
 type Store struct {
 	path   string
 	bootID string
@@ -72,10 +82,131 @@ func NewStore(path, bootID string) *Store {
 // Path is the checkpoint file's path.
 func (s *Store) Path() string { return s.path }
 
-// Load reads the checkpoint. A missing file, or one from an earlier boot,
-// gives an empty checkpoint (stale reports true for the latter). A corrupt
-// file or one of another format version gives an error wrapping
-// ErrUnusable.
+// LockPath is the path of the lock file beside the checkpoint. It is
+// created on first use and never removed: removing a lock file while
+// another process waits on it would let two holders in.
+func (s *Store) LockPath() string { return s.path + ".lock" }
+
+// Update changes the checkpoint under the exclusive lock: it reads the
+// file (a missing file or one from an earlier boot reads as an empty
+// checkpoint of this boot), calls change with it and, when change returns
+// nil, saves the result, all before unlocking, so that changes made by
+// other instances in the meantime are never lost. When change returns an
+// error, nothing is saved and Update returns that error as it is. When
+// saving fails, undo (if not nil) runs while the lock is still held, to take
+// back what went with the change (a CDI spec written for a new claim),
+// and Update returns the save error joined with undo's.
+//
+// An unusable file (see Load) is an error wrapping ErrUnusable; only Open,
+// at start-up, sets it aside: a running instance must not discard a file
+// that another instance (of another release) may have written.
+func (s *Store) Update(change func(cp *Checkpoint) error, undo func() error) error {
+	unlock, err := s.lock(unix.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cp, _, err := s.Load()
+	if err != nil {
+		return err
+	}
+	if err := change(cp); err != nil {
+		return err
+	}
+	if err := s.save(cp); err != nil {
+		if undo != nil {
+			if undoErr := undo(); undoErr != nil {
+				err = errors.Join(err, fmt.Errorf("undo the change that was not saved: %w", undoErr))
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// Read returns the checkpoint as Update would see it, read under a shared
+// lock.
+func (s *Store) Read() (*Checkpoint, error) {
+	unlock, err := s.lock(unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	cp, _, err := s.Load()
+	return cp, err
+}
+
+// Opened is what Open found.
+type Opened struct {
+	// Claims is the number of prepared claims the checkpoint holds.
+	Claims int
+	// Stale reports a file from an earlier boot, which reads as empty.
+	Stale bool
+	// Unusable is why the file could not be used, if it could not; it was
+	// then renamed to SetAside.
+	Unusable error
+	SetAside string
+}
+
+// Open checks the checkpoint at start-up, under the exclusive lock. An
+// unusable file (corrupt, or of another format version) is set aside,
+// kept for inspection, so that the plugin starts with no prepared claims
+// instead of failing every call; nothing that matters is lost, since
+// unprepare removes a claim's spec by its UID whether or not the
+// checkpoint knows the claim.
+func (s *Store) Open() (Opened, error) {
+	unlock, err := s.lock(unix.LOCK_EX)
+	if err != nil {
+		return Opened{}, err
+	}
+	defer unlock()
+	cp, stale, err := s.Load()
+	switch {
+	case errors.Is(err, ErrUnusable):
+		aside, asideErr := s.setAside()
+		if asideErr != nil {
+			return Opened{}, errors.Join(err, asideErr)
+		}
+		return Opened{Unusable: err, SetAside: aside}, nil
+	case err != nil:
+		return Opened{}, err
+	}
+	return Opened{Claims: len(cp.Claims), Stale: stale}, nil
+}
+
+// lock takes a flock(2) of kind how (unix.LOCK_EX or unix.LOCK_SH) on the
+// lock file, waiting as long as another holder keeps it; holders only do
+// local file I/O. Locks taken through different open files exclude each
+// other also within one process. The returned function releases it.
+func (s *Store) lock(how int) (unlock func(), err error) {
+	dir := filepath.Dir(s.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create checkpoint directory %s: %w", dir, err)
+	}
+	f, err := os.OpenFile(s.LockPath(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoint lock %s: %w", s.LockPath(), err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock checkpoint lock %s: %w", s.LockPath(), err)
+	}
+	// Closing the file releases the lock.
+	return func() { f.Close() }, nil
+}
+
+// Load reads the checkpoint without taking the lock: it sees a complete
+// file, the old or the new one, since saves replace it atomically, but a
+// change made on what Load returned could lose another instance's change;
+// use Update for that. A missing file, or one from an earlier boot, gives
+// an empty checkpoint (stale reports true for the latter). A corrupt file
+// or one of another format version gives an error wrapping ErrUnusable.
 func (s *Store) Load() (cp *Checkpoint, stale bool, err error) {
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -108,9 +239,9 @@ func (s *Store) Load() (cp *Checkpoint, stale bool, err error) {
 	return cp, false, nil
 }
 
-// Save writes cp atomically: readers see the old file or the new one,
-// never a mix, also across a crash or power loss.
-func (s *Store) Save(cp *Checkpoint) error {
+// save writes cp atomically: readers see the old file or the new one,
+// never a mix, also across a crash or power loss. Callers hold the lock.
+func (s *Store) save(cp *Checkpoint) error {
 	cp.Version, cp.BootID = Version, s.bootID
 	data, err := json.Marshal(cp)
 	if err != nil {
@@ -142,9 +273,9 @@ func (s *Store) Save(cp *Checkpoint) error {
 	return syncDir(dir)
 }
 
-// SetAside renames an unusable checkpoint file out of the way (keeping it
-// for inspection) and returns the new name.
-func (s *Store) SetAside() (string, error) {
+// setAside renames an unusable checkpoint file out of the way (keeping it
+// for inspection) and returns the new name. Callers hold the lock.
+func (s *Store) setAside() (string, error) {
 	aside := s.path + ".unusable"
 	if err := os.Rename(s.path, aside); err != nil {
 		return "", fmt.Errorf("set aside checkpoint %s: %w", s.path, err)

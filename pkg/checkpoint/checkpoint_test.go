@@ -23,7 +23,7 @@ func sample() *Checkpoint {
 func TestSaveLoadRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "checkpoint.json")
 	s := NewStore(path, boot)
-	if err := s.Save(sample()); err != nil {
+	if err := s.save(sample()); err != nil {
 		t.Fatal(err)
 	}
 	got, stale, err := s.Load()
@@ -86,25 +86,6 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-func TestSetAside(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "checkpoint.json")
-	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := NewStore(path, boot)
-	aside, err := s.SetAside()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if data, err := os.ReadFile(aside); err != nil || string(data) != "{" {
-		t.Errorf("aside file = %q, %v", data, err)
-	}
-	cp, _, err := s.Load()
-	if err != nil || len(cp.Claims) != 0 {
-		t.Errorf("Load after SetAside = %+v, %v", cp, err)
-	}
-}
-
 func TestSaveFailsCleanly(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "checkpoint.json")
@@ -112,7 +93,7 @@ func TestSaveFailsCleanly(t *testing.T) {
 	if err := os.Mkdir(path, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	err := NewStore(path, boot).Save(sample())
+	err := NewStore(path, boot).save(sample())
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("Save error = %v, want one naming %s", err, path)
 	}

@@ -54,6 +54,32 @@ type Share struct {
 }
 
 // ParseArgs parses the hook's arguments (without the program name).
+//
+// The arguments are a contract between releases. A CDI spec outlives the
+// plugin that wrote it: after an upgrade, the specs of the claims prepared
+// before it are run by the new hook, which the new plugin installs at the
+// same host path (--hook-path never changes between releases). So the
+// contract only ever grows:
+//
+//   - Every argument form that a released spec contains is accepted, with
+//     the same meaning, by every later hook. pkg/cdi/testdata holds a spec
+//     of each release, and pkg/cdi's tests feed their arguments to this
+//     function.
+//   - New flags may be added. A flag is never removed or renamed, and
+//     never changes its meaning, value format or default.
+//   - An unknown flag is an error, never skipped: a spec newer than the
+//     hook fails the container loudly instead of quietly dropping a
+//     setting. Upgrades do not run into this, because the plugin installs
+//     its hook at start-up, before it writes any spec; a downgrade leaves
+//     the newer specs of prepared claims failing until they are
+//     unprepared.
+//
+// Forms written by release v0.1.0, as argv after the program name:
+//
+//	createRuntime: --swap-limit=BYTES --claim-uid=UID --state-dir=DIR [--swap-high=BYTES] [--zswap=on|off] [--swappiness=0..100]
+//	poststop:      --cleanup --claim-uid=UID --state-dir=DIR
+//
+// --proc-root and --cgroup-root are for tests; specs do not set them.
 func ParseArgs(args []string) (Config, Request, error) {
 	cfg := Config{}
 	var req Request
@@ -70,6 +96,10 @@ func ParseArgs(args []string) (Config, Request, error) {
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs mount")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount root")
 	if err := fs.Parse(args); err != nil {
+		// The flag package's wording for an unknown flag, stable since Go 1.
+		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
+			return cfg, req, fmt.Errorf("arguments: %w (unknown to this hook: was the CDI spec written by a newer dra.swap release?)", err)
+		}
 		return cfg, req, fmt.Errorf("arguments: %w", err)
 	}
 	if fs.NArg() > 0 {

@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -103,13 +102,5 @@ func TestHealthReport(t *testing.T) {
 	}
 	if h := d.healthReport().Devices[0]; h.Health != kubeletplugin.HealthStatusUnhealthy || h.Message == "" {
 		t.Errorf("health after swapoff = %+v", h)
-	}
-}
-
-func TestReadinessBeforeRegistration(t *testing.T) {
-	rec := httptest.NewRecorder()
-	readiness(&kubeletplugin.Helper{}).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
-	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "not registered") {
-		t.Errorf("readyz before registration: %d %q", rec.Code, rec.Body.String())
 	}
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -52,7 +49,9 @@ type Config struct {
 	// HookStateDir is the host directory of the hook's per-container state.
 	HookStateDir string
 	// InstallHookFrom, if set, is copied to HookPath under the host root
-	// at start-up, so that a DaemonSet ships the hook with its image.
+	// at start-up, before any CDI spec is written, so that a DaemonSet
+	// ships the hook with its image and a spec never names a hook older
+	// than the plugin that wrote it (see pkg/hook.ParseArgs).
 	InstallHookFrom string
 	// PluginDataDir holds the plugin's socket and checkpoint.
 	PluginDataDir string
@@ -60,7 +59,8 @@ type Config struct {
 	RegistrarDir string
 	// AllowCriticalPods lets critical pods have swap.
 	AllowCriticalPods bool
-	// MetricsAddress serves /metrics when not empty (host:port).
+	// MetricsAddress serves /metrics and the probes /readyz and /healthz
+	// when not empty (host:port).
 	MetricsAddress string
 }
 
@@ -95,13 +95,32 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
+	// The probes answer from the start: a slow start-up is no reason to
+	// be killed.
+	metrics := NewMetrics()
+	probes := newProbes(ctx)
+	if cfg.MetricsAddress != "" {
+		stop, err := serveHTTP(ctx, cfg.MetricsAddress, metrics.Handler(), probes)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
 	facts, err := discovery.Discover(ctx, cfg.Discovery)
 	if err != nil {
 		return fmt.Errorf("discover swap: %w", err)
 	}
 	if cfg.InstallHookFrom != "" {
-		if err := installFile(cfg.InstallHookFrom, filepath.Join(cfg.Discovery.Root, cfg.HookPath)); err != nil {
-			return fmt.Errorf("install hook: %w", err)
+		dst := filepath.Join(cfg.Discovery.Root, cfg.HookPath)
+		installed, err := installHook(cfg.InstallHookFrom, dst)
+		if err != nil {
+			return fmt.Errorf("install hook %s as %s: %w", cfg.InstallHookFrom, dst, err)
+		}
+		if installed {
+			logger.Info("Hook installed", "from", cfg.InstallHookFrom, "to", dst)
+		} else {
+			logger.Info("Hook already installed, identical", "from", cfg.InstallHookFrom, "to", dst)
 		}
 	}
 	for _, dir := range []string{cfg.PluginDataDir, cfg.CDIDir} {
@@ -110,8 +129,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		}
 	}
 	store := checkpoint.NewStore(filepath.Join(cfg.PluginDataDir, "checkpoint.json"), facts.BootID)
-	cp, err := loadCheckpoint(ctx, store)
-	if err != nil {
+	if err := openCheckpoint(ctx, store); err != nil {
 		return err
 	}
 	writer, err := cdi.NewWriter(cfg.CDIDir, cfg.HookPath, cfg.HookStateDir)
@@ -123,7 +141,6 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err != nil {
 		return err
 	}
-	metrics := NewMetrics()
 	publisher := &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, NodeLabels: nodeLabels}
 	publisher.Discover = func(ctx context.Context) (discovery.Facts, error) {
 		f, err := discovery.Discover(ctx, cfg.Discovery)
@@ -144,9 +161,9 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 			return facts.CgroupVersion
 		},
 		AllowCriticalPods: cfg.AllowCriticalPods,
-	}, writer, store, podGetter{client}, cp)
+	}, writer, store, podGetter{client})
 	d := &driver{poolName: cfg.NodeName, manager: manager, publisher: publisher, metrics: metrics, fatal: cancel}
-	d.metrics.setPrepared(manager.Prepared())
+	d.refreshPrepared(ctx)
 
 	opts := []kubeletplugin.Option{
 		kubeletplugin.KubeClient(client),
@@ -163,6 +180,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
+	probes.started(helper)
 	publisher.Publish = helper.PublishResources
 
 	if _, err := publisher.Sync(ctx); err != nil {
@@ -180,13 +198,6 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	defer broadcaster.Shutdown()
 	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)}
 	wg.Go(func() { emitter.Run(ctx, time.Second) })
-	if cfg.MetricsAddress != "" {
-		stop, err := serveHTTP(ctx, cfg.MetricsAddress, metrics.Handler(), readiness(helper))
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
 	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "cdiDir", cfg.CDIDir, "hook", cfg.HookPath)
 	<-ctx.Done()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -195,29 +206,25 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	return nil
 }
 
-// loadCheckpoint loads the checkpoint; an unusable one is set aside and
-// the plugin starts empty. Nothing is lost that matters: unprepare removes
-// a claim's spec by its UID whether or not the checkpoint knows the claim.
-func loadCheckpoint(ctx context.Context, store *checkpoint.Store) (*checkpoint.Checkpoint, error) {
+// openCheckpoint checks the checkpoint at start-up, under its lock: an
+// unusable one is set aside and the plugin starts empty. Nothing is lost
+// that matters: unprepare removes a claim's spec by its UID whether or not
+// the checkpoint knows the claim. The Manager reads the file on every call
+// after that, so another plugin instance on the node can share it.
+func openCheckpoint(ctx context.Context, store *checkpoint.Store) error {
 	logger := klog.FromContext(ctx)
-	cp, stale, err := store.Load()
+	opened, err := store.Open()
 	switch {
-	case errors.Is(err, checkpoint.ErrUnusable):
-		aside, asideErr := store.SetAside()
-		if asideErr != nil {
-			return nil, errors.Join(err, asideErr)
-		}
-		logger.Error(err, "Checkpoint unusable; starting with no prepared claims", "setAsideAs", aside)
-		cp, _, err = store.Load()
-		if err != nil {
-			return nil, err
-		}
 	case err != nil:
-		return nil, err
-	case stale:
+		return fmt.Errorf("open checkpoint: %w", err)
+	case opened.Unusable != nil:
+		logger.Error(opened.Unusable, "Checkpoint unusable; starting with no prepared claims", "setAsideAs", opened.SetAside)
+	case opened.Stale:
 		logger.Info("Checkpoint is from an earlier boot; starting with no prepared claims", "path", store.Path())
+	default:
+		logger.Info("Checkpoint opened", "path", store.Path(), "preparedClaims", opened.Claims)
 	}
-	return cp, nil
+	return nil
 }
 
 // watchNode follows the Node's labels; trigger fires when they change.
@@ -264,77 +271,4 @@ type podGetter struct{ client kubernetes.Interface }
 
 func (g podGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	return g.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-}
-
-// installFile copies src to dst atomically with mode 0755.
-func installFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".dra-swap-hook-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return fmt.Errorf("copy %s to %s: %w", src, tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
-}
-
-// readiness answers /readyz: ready once the kubelet has accepted the
-// plugin's registration, so a DaemonSet's readiness probe (and a restart
-// in the e2e tests) can tell when new claims can be prepared.
-func readiness(helper *kubeletplugin.Helper) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		status := helper.RegistrationStatus()
-		switch {
-		case status == nil:
-			http.Error(w, "not registered with the kubelet yet", http.StatusServiceUnavailable)
-		case !status.PluginRegistered:
-			http.Error(w, "the kubelet rejected the registration: "+status.Error, http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(w, "ok")
-		}
-	})
-}
-
-// serveHTTP serves /metrics and /readyz on addr until the returned stop is
-// called.
-func serveHTTP(ctx context.Context, addr string, metrics, ready http.Handler) (func(), error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", metrics)
-	mux.Handle("/readyz", ready)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Metrics server failed")
-		}
-	}()
-	return func() {
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}, nil
 }

@@ -3,6 +3,11 @@
 // claim's CDI spec and records the claim in the checkpoint, and undoes both
 // on unprepare. Both directions are idempotent, and a failed prepare leaves
 // neither a spec nor a checkpoint entry behind.
+//
+// A Manager keeps no state between calls: the checkpoint on disk is the
+// only record, read and changed under a lock shared by every plugin
+// instance on the node, so that the old and the new plugin pod of a rolling
+// update can both serve the kubelet.
 package prepare
 
 import (
@@ -12,7 +17,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -37,9 +41,15 @@ type SpecWriter interface {
 	Remove(claimUID string) error
 }
 
-// CheckpointSaver persists the checkpoint (pkg/checkpoint.Store).
-type CheckpointSaver interface {
-	Save(cp *checkpoint.Checkpoint) error
+// CheckpointStore is the checkpoint that the plugin instances on a node
+// share (pkg/checkpoint.Store).
+type CheckpointStore interface {
+	// Update reads the checkpoint under an exclusive lock, calls change
+	// and saves the result unless change fails; when the save fails, undo
+	// runs before the lock is released.
+	Update(change func(cp *checkpoint.Checkpoint) error, undo func() error) error
+	// Read returns the checkpoint as it is on disk.
+	Read() (*checkpoint.Checkpoint, error)
 }
 
 // PodGetter looks up the pods that use a claim.
@@ -61,32 +71,37 @@ type Options struct {
 	AllowCriticalPods bool
 }
 
-// Manager prepares and unprepares claims. It is safe for concurrent use.
+// Manager prepares and unprepares claims. It is safe for concurrent use,
+// also with other Managers (in this process or another) on the same
+// checkpoint and CDI directory.
 type Manager struct {
 	opts    Options
 	specs   SpecWriter
-	store   CheckpointSaver
+	store   CheckpointStore
 	pods    PodGetter
 	decoder *v1alpha1.Decoder
-
-	mu sync.Mutex
-	cp *checkpoint.Checkpoint
 }
 
-// NewManager returns a Manager that starts from the loaded checkpoint cp.
-func NewManager(opts Options, specs SpecWriter, store CheckpointSaver, pods PodGetter, cp *checkpoint.Checkpoint) *Manager {
-	return &Manager{opts: opts, specs: specs, store: store, pods: pods, decoder: v1alpha1.NewDecoder(), cp: cp}
+// NewManager returns a Manager.
+func NewManager(opts Options, specs SpecWriter, store CheckpointStore, pods PodGetter) *Manager {
+	return &Manager{opts: opts, specs: specs, store: store, pods: pods, decoder: v1alpha1.NewDecoder()}
 }
 
-// Prepared reports the number of prepared claims and the swap they grant.
-func (m *Manager) Prepared() (claims int, swapBytes int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, c := range m.cp.Claims {
+// Prepared reports the number of claims prepared on the node and the swap
+// they grant, as the checkpoint records them.
+func (m *Manager) Prepared() (claims int, swapBytes int64, err error) {
+	cp, err := m.store.Read()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, c := range cp.Claims {
 		swapBytes += c.SwapBytes
 	}
-	return len(m.cp.Claims), swapBytes
+	return len(cp.Claims), swapBytes, nil
 }
+
+// errUnchanged tells the checkpoint store that there is nothing to save.
+var errUnchanged = errors.New("checkpoint unchanged")
 
 // claimPlan is what prepare decided for one claim before any I/O.
 type claimPlan struct {
@@ -94,18 +109,28 @@ type claimPlan struct {
 	results []resourceapi.DeviceRequestAllocationResult
 	bytes   int64
 	config  *v1alpha1.SwapConfig
+	// pods are the pods in the claim's reservedFor that exist.
+	pods []*corev1.Pod
 }
 
 // Prepare prepares claims, which the kubelet passes for one pod at a
 // time. Every claim gets an entry in the result; a per-claim error names
 // the claim and the cause.
+//
+// Claims are planned and their pods looked up first, without the
+// checkpoint lock; then, under the lock, the specs are written and the
+// checkpoint saved once for all of them. If that save fails, the specs of
+// the claims that were not prepared before are removed before the lock is
+// released, and those claims fail.
 func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	logger := klog.FromContext(ctx)
-
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	plans := make(map[types.UID]*claimPlan, len(claims))
+	fail := func(claim *resourceapi.ResourceClaim, err error) {
+		logger.Error(err, "Prepare failed", "claim", klog.KObj(claim), "uid", claim.UID)
+		results[claim.UID] = kubeletplugin.PrepareResult{Err: claimError(claim, err)}
+	}
+
+	var plans []*claimPlan
 	batch := map[types.NamespacedName]int64{}
 	for _, claim := range claims {
 		plan, err := m.plan(claim)
@@ -113,22 +138,63 @@ func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceCla
 			results[claim.UID] = kubeletplugin.PrepareResult{Err: claimError(claim, err)}
 			continue
 		}
-		plans[claim.UID] = plan
+		plans = append(plans, plan)
 		batch[types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}] = plan.bytes
 	}
-	for _, claim := range claims {
-		plan, ok := plans[claim.UID]
-		if !ok {
+	// Pod lookups go to the API server: not while holding the lock.
+	ready := plans[:0]
+	for _, plan := range plans {
+		if err := m.lookUpPods(ctx, plan); err != nil {
+			fail(plan.claim, err)
 			continue
 		}
-		devices, err := m.apply(ctx, plan, batch)
-		if err != nil {
-			logger.Error(err, "Prepare failed", "claim", klog.KObj(claim), "uid", claim.UID)
-			results[claim.UID] = kubeletplugin.PrepareResult{Err: claimError(claim, err)}
+		ready = append(ready, plan)
+	}
+	if len(ready) == 0 {
+		return results
+	}
+
+	prepared := map[types.UID][]kubeletplugin.Device{}
+	var added []types.UID // claims whose spec is new
+	err := m.store.Update(func(cp *checkpoint.Checkpoint) error {
+		for _, plan := range ready {
+			devices, isNew, err := m.apply(ctx, cp, plan, batch)
+			if err != nil {
+				fail(plan.claim, err)
+				continue
+			}
+			prepared[plan.claim.UID] = devices
+			if isNew {
+				added = append(added, plan.claim.UID)
+			}
+		}
+		if len(prepared) == 0 {
+			return errUnchanged
+		}
+		return nil
+	}, func() error {
+		var errs []error
+		for _, uid := range added {
+			if err := m.specs.Remove(string(uid)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("roll back: %w", err)
+		}
+		return nil
+	})
+	for _, plan := range ready {
+		claim := plan.claim
+		if _, failed := results[claim.UID]; failed {
+			continue
+		}
+		if err != nil && !errors.Is(err, errUnchanged) {
+			fail(claim, err)
 			continue
 		}
 		logger.V(2).Info("Prepared swap claim", "claim", klog.KObj(claim), "uid", claim.UID, "swapBytes", plan.bytes)
-		results[claim.UID] = kubeletplugin.PrepareResult{Devices: devices}
+		results[claim.UID] = kubeletplugin.PrepareResult{Devices: prepared[claim.UID]}
 	}
 	return results
 }
@@ -213,14 +279,11 @@ func sourceRank(s resourceapi.AllocationConfigSource) int {
 	return 1
 }
 
-// apply writes the claim's spec and checkpoint entry; on failure it leaves
-// the node as it was before the call.
-func (m *Manager) apply(ctx context.Context, plan *claimPlan, batch map[types.NamespacedName]int64) ([]kubeletplugin.Device, error) {
+// apply writes the claim's spec and records it in cp; isNew reports that
+// cp did not hold the claim before. On failure cp is unchanged.
+func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]int64) (devices []kubeletplugin.Device, isNew bool, err error) {
 	claim := plan.claim
-	envBytes, err := m.envBytes(ctx, claim, plan.bytes, batch)
-	if err != nil {
-		return nil, err
-	}
+	envBytes := m.envBytes(ctx, cp, plan, batch)
 	edits := cdi.ClaimEdits{ClaimUID: string(claim.UID), SwapLimitBytes: plan.bytes, EnvBytes: envBytes}
 	if p := plan.config.SwapHighPercent; p != nil {
 		high := plan.bytes * int64(*p) / 100
@@ -234,12 +297,12 @@ func (m *Manager) apply(ctx context.Context, plan *claimPlan, batch map[types.Na
 	}
 	edits.Swappiness = plan.config.Swappiness
 
-	_, wasPrepared := m.cp.Claims[claim.UID]
+	_, wasPrepared := cp.Claims[claim.UID]
 	id, err := m.specs.Write(edits)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	devices := make([]kubeletplugin.Device, 0, len(plan.results))
+	devices = make([]kubeletplugin.Device, 0, len(plan.results))
 	saved := make([]checkpoint.PreparedDevice, 0, len(plan.results))
 	for _, r := range plan.results {
 		d := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID, CDIDeviceIDs: []string{id}}
@@ -248,72 +311,62 @@ func (m *Manager) apply(ctx context.Context, plan *claimPlan, batch map[types.Na
 			Requests: d.Requests, PoolName: d.PoolName, DeviceName: d.DeviceName, ShareID: d.ShareID, CDIDeviceIDs: d.CDIDeviceIDs,
 		})
 	}
-	next := m.withClaims(func(claims map[types.UID]checkpoint.ClaimInfo) {
-		claims[claim.UID] = checkpoint.ClaimInfo{
-			Namespace: claim.Namespace, Name: claim.Name, SwapBytes: plan.bytes, EnvBytes: envBytes, Devices: saved,
-		}
-	})
-	if err := m.store.Save(next); err != nil {
-		if !wasPrepared {
-			if rmErr := m.specs.Remove(string(claim.UID)); rmErr != nil {
-				err = errors.Join(err, fmt.Errorf("roll back: %w", rmErr))
-			}
-		}
-		return nil, err
+	cp.Claims[claim.UID] = checkpoint.ClaimInfo{
+		Namespace: claim.Namespace, Name: claim.Name, SwapBytes: plan.bytes, EnvBytes: envBytes, Devices: saved,
 	}
-	m.cp = next
-	return devices, nil
-}
-
-// withClaims returns a copy of the checkpoint changed by edit; the current
-// one stays untouched until the copy is saved.
-func (m *Manager) withClaims(edit func(map[types.UID]checkpoint.ClaimInfo)) *checkpoint.Checkpoint {
-	next := &checkpoint.Checkpoint{Version: m.cp.Version, BootID: m.cp.BootID, Claims: maps.Clone(m.cp.Claims)}
-	if next.Claims == nil {
-		next.Claims = map[types.UID]checkpoint.ClaimInfo{}
-	}
-	edit(next.Claims)
-	return next
+	return devices, !wasPrepared, nil
 }
 
 // Unprepare removes the claims' specs and checkpoint entries. A claim that
 // is not prepared is not an error: its spec is removed all the same, so
-// that nothing is left even when the checkpoint was lost.
+// that nothing is left even when the checkpoint was lost. Another plugin
+// instance may have prepared the claim: the checkpoint on disk tells.
 func (m *Manager) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	logger := klog.FromContext(ctx)
 	results := make(map[types.UID]error, len(claims))
-	for _, c := range claims {
-		if err := m.specs.Remove(string(c.UID)); err != nil {
-			results[c.UID] = fmt.Errorf("unprepare swap claim %s (%s): %w", c.NamespacedName, c.UID, err)
-			continue
+	fail := func(c kubeletplugin.NamespacedObject, err error) {
+		results[c.UID] = fmt.Errorf("unprepare swap claim %s (%s): %w", c.NamespacedName, c.UID, err)
+	}
+	var removed []kubeletplugin.NamespacedObject // entries removed from the checkpoint
+	err := m.store.Update(func(cp *checkpoint.Checkpoint) error {
+		for _, c := range claims {
+			if err := m.specs.Remove(string(c.UID)); err != nil {
+				fail(c, err)
+				continue
+			}
+			if _, ok := cp.Claims[c.UID]; !ok {
+				results[c.UID] = nil
+				continue
+			}
+			delete(cp.Claims, c.UID)
+			removed = append(removed, c)
 		}
-		if _, ok := m.cp.Claims[c.UID]; !ok {
-			results[c.UID] = nil
-			continue
+		if len(removed) == 0 {
+			return errUnchanged
 		}
-		next := m.withClaims(func(claims map[types.UID]checkpoint.ClaimInfo) { delete(claims, c.UID) })
-		if err := m.store.Save(next); err != nil {
-			results[c.UID] = fmt.Errorf("unprepare swap claim %s (%s): %w", c.NamespacedName, c.UID, err)
-			continue
+		return nil
+	}, nil)
+	if err != nil && !errors.Is(err, errUnchanged) {
+		// The claims whose entries were not removed, or all of them when
+		// the checkpoint could not be read.
+		for _, c := range claims {
+			if _, done := results[c.UID]; !done {
+				fail(c, err)
+			}
 		}
-		m.cp = next
+		return results
+	}
+	for _, c := range removed {
 		logger.V(2).Info("Unprepared swap claim", "claim", c.NamespacedName, "uid", c.UID)
 		results[c.UID] = nil
 	}
 	return results
 }
 
-// envBytes is the DRA_SWAP_LIMIT_BYTES value of the claim's spec: the total
-// swap limit of the containers that use it, which is the sum over all the
-// swap claims of such a container. When the claim reaches containers whose
-// totals differ (a claim shared by containers that hold different other
-// swap claims), no single value is right for all: the claim's own bytes
-// are used and the cgroup limits, which the hook sums per container, stay
-// exact.
-func (m *Manager) envBytes(ctx context.Context, claim *resourceapi.ResourceClaim, own int64, batch map[types.NamespacedName]int64) (int64, error) {
-	totals := map[int64]bool{}
+// lookUpPods finds the pods in the claim's reservedFor (those that no
+// longer exist are skipped) and refuses critical pods unless allowed.
+func (m *Manager) lookUpPods(ctx context.Context, plan *claimPlan) error {
+	claim := plan.claim
 	for _, ref := range claim.Status.ReservedFor {
 		if ref.APIGroup != "" || ref.Resource != "pods" {
 			continue
@@ -323,36 +376,52 @@ func (m *Manager) envBytes(ctx context.Context, claim *resourceapi.ResourceClaim
 			continue
 		}
 		if err != nil {
-			return 0, fmt.Errorf("look up pod %s/%s that uses the claim: %w", claim.Namespace, ref.Name, err)
+			return fmt.Errorf("look up pod %s/%s that uses the claim: %w", claim.Namespace, ref.Name, err)
 		}
 		if pod.UID != ref.UID {
 			continue
 		}
 		if isCritical(pod) && !m.opts.AllowCriticalPods {
-			return 0, fmt.Errorf("pod %s/%s has priority class %s: critical pods never swap (an admin can allow it with --allow-critical-pods)",
+			return fmt.Errorf("pod %s/%s has priority class %s: critical pods never swap (an admin can allow it with --allow-critical-pods)",
 				pod.Namespace, pod.Name, pod.Spec.PriorityClassName)
 		}
-		for _, t := range ContainerTotals(pod, claim.Name, func(name string) int64 { return m.claimBytes(claim.Namespace, name, batch) }) {
+		plan.pods = append(plan.pods, pod)
+	}
+	return nil
+}
+
+// envBytes is the DRA_SWAP_LIMIT_BYTES value of the claim's spec: the total
+// swap limit of the containers that use it, which is the sum over all the
+// swap claims of such a container (those in this call, then those in the
+// checkpoint cp). When the claim reaches containers whose totals differ (a
+// claim shared by containers that hold different other swap claims), no
+// single value is right for all: the claim's own bytes are used and the
+// cgroup limits, which the hook sums per container, stay exact.
+func (m *Manager) envBytes(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]int64) int64 {
+	claim := plan.claim
+	totals := map[int64]bool{}
+	for _, pod := range plan.pods {
+		for _, t := range ContainerTotals(pod, claim.Name, func(name string) int64 { return claimBytes(cp, claim.Namespace, name, batch) }) {
 			totals[t] = true
 		}
 	}
 	if len(totals) == 1 {
 		for t := range totals {
-			return t, nil
+			return t
 		}
 	}
 	if len(totals) > 1 {
 		klog.FromContext(ctx).Info("Claim reaches containers with different swap totals; DRA_SWAP_LIMIT_BYTES shows the claim's own limit",
 			"claim", klog.KObj(claim), "totals", slices.Sorted(maps.Keys(totals)))
 	}
-	return own, nil
+	return plan.bytes
 }
 
-func (m *Manager) claimBytes(namespace, name string, batch map[types.NamespacedName]int64) int64 {
+func claimBytes(cp *checkpoint.Checkpoint, namespace, name string, batch map[types.NamespacedName]int64) int64 {
 	if b, ok := batch[types.NamespacedName{Namespace: namespace, Name: name}]; ok {
 		return b
 	}
-	for _, c := range m.cp.Claims {
+	for _, c := range cp.Claims {
 		if c.Namespace == namespace && c.Name == name {
 			return c.SwapBytes
 		}

@@ -42,7 +42,7 @@ type env struct {
 	store   *checkpoint.Store
 	writer  *cdi.Writer
 	pods    *fakePods
-	saver   *failingSaver
+	saver   *failingStore
 	m       *Manager
 	cgroup  int
 }
@@ -62,20 +62,41 @@ func (f *fakePods) GetPod(_ context.Context, namespace, name string) (*corev1.Po
 	return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
 }
 
-type failingSaver struct {
-	store *checkpoint.Store
-	fail  bool
+// failingStore is a checkpoint.Store whose saves fail while fail is set.
+type failingStore struct {
+	*checkpoint.Store
+	fail bool
 }
 
-func (f *failingSaver) Save(cp *checkpoint.Checkpoint) error {
-	if f.fail {
-		return errors.New("disk full")
+var errDiskFull = errors.New("disk full")
+
+// Update does what checkpoint.Store.Update does when its save fails:
+// change runs on the checkpoint, nothing is saved, undo runs.
+func (f *failingStore) Update(change func(*checkpoint.Checkpoint) error, undo func() error) error {
+	if !f.fail {
+		return f.Store.Update(change, undo)
 	}
-	return f.store.Save(cp)
+	err := f.Store.Update(func(cp *checkpoint.Checkpoint) error {
+		if err := change(cp); err != nil {
+			return err
+		}
+		return errDiskFull
+	}, nil)
+	if errors.Is(err, errDiskFull) && undo != nil {
+		if undoErr := undo(); undoErr != nil {
+			err = errors.Join(err, undoErr)
+		}
+	}
+	return err
 }
 
 func newEnv(t testing.TB) *env {
-	dir := t.TempDir()
+	return newEnvIn(t, t.TempDir())
+}
+
+// newEnvIn is an env on the spec directory and checkpoint in dir, which
+// other envs (other plugin instances) may share.
+func newEnvIn(t testing.TB, dir string) *env {
 	e := &env{t: t, specDir: filepath.Join(dir, "cdi"), pods: &fakePods{pods: map[string]*corev1.Pod{}}, cgroup: 1}
 	var err error
 	e.writer, err = cdi.NewWriter(e.specDir, "/opt/dra-swap/bin/dra-swap-hook", "/run/dra-swap/hook")
@@ -83,19 +104,14 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	e.store = checkpoint.NewStore(filepath.Join(dir, "checkpoint.json"), boot)
-	e.saver = &failingSaver{store: e.store}
+	e.saver = &failingStore{Store: e.store}
 	e.restart()
 	return e
 }
 
-// restart builds a new Manager from the checkpoint on disk, as a restarted
-// plugin does.
+// restart builds a new Manager, as a restarted plugin does.
 func (e *env) restart() {
-	cp, _, err := e.store.Load()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.m = NewManager(Options{DriverName: "dra.swap", PoolName: node, CgroupVersion: func() int { return e.cgroup }}, e.writer, e.saver, e.pods, cp)
+	e.m = NewManager(Options{DriverName: "dra.swap", PoolName: node, CgroupVersion: func() int { return e.cgroup }}, e.writer, e.saver, e.pods)
 }
 
 func (e *env) specFiles() []string {
@@ -216,8 +232,8 @@ func TestPrepareOneClaim(t *testing.T) {
 	if c := e.checkpointed()[claim.UID]; c.SwapBytes != 300*mi || c.Name != "swap" {
 		t.Errorf("checkpoint entry = %+v", c)
 	}
-	if n, b := e.m.Prepared(); n != 1 || b != 300*mi {
-		t.Errorf("Prepared() = %d, %d", n, b)
+	if n, b, err := e.m.Prepared(); n != 1 || b != 300*mi || err != nil {
+		t.Errorf("Prepared() = %d, %d, %v", n, b, err)
 	}
 
 	// Idempotent: again, and again after a restart.
@@ -428,8 +444,8 @@ func TestPrepareFailureLeavesNothing(t *testing.T) {
 		t.Fatalf("error = %v", r.Err)
 	}
 	assertNothingLeft(t, e)
-	if n, _ := e.m.Prepared(); n != 0 {
-		t.Errorf("in-memory state has %d claims", n)
+	if n, _, err := e.m.Prepared(); n != 0 || err != nil {
+		t.Errorf("Prepared() = %d, %v after a failed prepare", n, err)
 	}
 
 	// A claim prepared before keeps its spec when a repeated prepare fails.

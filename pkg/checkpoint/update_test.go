@@ -1,0 +1,332 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+const (
+	stale    = `{"version":1,"bootID":"old-boot","claims":{"old":{"namespace":"n","name":"c","swapBytes":1,"envBytes":1,"devices":[]}}}`
+	unusable = `{"version":1,"bootID":"` + boot + `","cla`
+)
+
+func writeCheckpoint(t *testing.T, path, content string) {
+	t.Helper()
+	if content == "" {
+		return
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func addClaim(uid types.UID) func(*Checkpoint) error {
+	return func(cp *Checkpoint) error {
+		cp.Claims[uid] = ClaimInfo{Namespace: "ns", Name: string(uid), SwapBytes: 1}
+		return nil
+	}
+}
+
+func TestUpdate(t *testing.T) {
+	errChange := errors.New("change refused")
+	tests := []struct {
+		name       string
+		content    string // "" means no file
+		change     func(t *testing.T, path string) func(*Checkpoint) error
+		wantClaims []types.UID // nil: the file is as it was
+		wantErr    string
+		wantUndo   bool
+	}{
+		{
+			name:       "missing file",
+			change:     func(*testing.T, string) func(*Checkpoint) error { return addClaim("new") },
+			wantClaims: []types.UID{"new"},
+		},
+		{
+			name:       "earlier boot reads as empty",
+			content:    stale,
+			change:     func(*testing.T, string) func(*Checkpoint) error { return addClaim("new") },
+			wantClaims: []types.UID{"new"},
+		},
+		{
+			name:    "change sees the file",
+			content: `{"version":1,"bootID":"` + boot + `","claims":{"old":{"namespace":"n","name":"c","swapBytes":1,"envBytes":1,"devices":[]}}}`,
+			change: func(t *testing.T, _ string) func(*Checkpoint) error {
+				return func(cp *Checkpoint) error {
+					if _, ok := cp.Claims["old"]; !ok {
+						t.Errorf("change got %+v, want the claim on disk", cp)
+					}
+					return addClaim("new")(cp)
+				}
+			},
+			wantClaims: []types.UID{"new", "old"},
+		},
+		{
+			name:    "failed change saves nothing",
+			content: stale,
+			change: func(*testing.T, string) func(*Checkpoint) error {
+				return func(cp *Checkpoint) error {
+					_ = addClaim("new")(cp)
+					return fmt.Errorf("claim x: %w", errChange)
+				}
+			},
+			wantErr: "claim x: change refused",
+		},
+		{
+			name:    "unusable file is left alone",
+			content: unusable,
+			change:  func(*testing.T, string) func(*Checkpoint) error { return addClaim("new") },
+			wantErr: "checkpoint unusable",
+		},
+		{
+			name: "failed save runs undo",
+			change: func(t *testing.T, path string) func(*Checkpoint) error {
+				return func(cp *Checkpoint) error {
+					// A directory where the file goes makes the save's
+					// rename fail.
+					if err := os.Mkdir(path, 0o700); err != nil {
+						t.Fatal(err)
+					}
+					return addClaim("new")(cp)
+				}
+			},
+			wantErr:  "replace checkpoint",
+			wantUndo: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "checkpoint.json")
+			writeCheckpoint(t, path, tc.content)
+			undone := false
+			err := NewStore(path, boot).Update(tc.change(t, path), func() error {
+				undone = true
+				return errors.New("undo failed too")
+			})
+			if undone != tc.wantUndo {
+				t.Errorf("undo ran: %v, want %v", undone, tc.wantUndo)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Update error = %v, want one containing %q", err, tc.wantErr)
+				}
+				if tc.wantUndo && !strings.Contains(err.Error(), "undo failed too") {
+					t.Errorf("Update error = %v, want it to carry undo's error", err)
+				}
+				if tc.content != "" {
+					if data, _ := os.ReadFile(path); string(data) != tc.content {
+						t.Errorf("file changed to %s", data)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp, stale, err := NewStore(path, boot).Load()
+			if err != nil || stale {
+				t.Fatalf("Load: stale=%v err=%v", stale, err)
+			}
+			if got := sortedUIDs(cp); fmt.Sprint(got) != fmt.Sprint(tc.wantClaims) {
+				t.Errorf("claims = %v, want %v", got, tc.wantClaims)
+			}
+		})
+	}
+}
+
+func sortedUIDs(cp *Checkpoint) []types.UID {
+	var uids []types.UID
+	for uid := range cp.Claims {
+		uids = append(uids, uid)
+	}
+	slices.Sort(uids)
+	return uids
+}
+
+func TestRead(t *testing.T) {
+	for name, tc := range map[string]struct {
+		content string
+		claims  int
+		wantErr bool
+	}{
+		"missing":  {},
+		"stale":    {content: stale},
+		"current":  {content: `{"version":1,"bootID":"` + boot + `","claims":{"u":{"namespace":"n","name":"c","swapBytes":1,"envBytes":1,"devices":[]}}}`, claims: 1},
+		"unusable": {content: unusable, wantErr: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "checkpoint.json")
+			writeCheckpoint(t, path, tc.content)
+			cp, err := NewStore(path, boot).Read()
+			if tc.wantErr {
+				if !errors.Is(err, ErrUnusable) {
+					t.Fatalf("Read error = %v, want ErrUnusable", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cp.Claims) != tc.claims || cp.BootID != boot {
+				t.Errorf("Read = %+v, want %d claims of this boot", cp, tc.claims)
+			}
+		})
+	}
+}
+
+func TestOpen(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		want    Opened
+	}{
+		{name: "missing"},
+		{name: "stale", content: stale, want: Opened{Stale: true}},
+		{name: "current", content: `{"version":1,"bootID":"` + boot + `","claims":{"u":{"namespace":"n","name":"c","swapBytes":1,"envBytes":1,"devices":[]}}}`, want: Opened{Claims: 1}},
+		{name: "unusable", content: unusable, want: Opened{SetAside: "checkpoint.json.unusable"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "checkpoint.json")
+			writeCheckpoint(t, path, tc.content)
+			got, err := NewStore(path, boot).Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want.SetAside != "" {
+				if !errors.Is(got.Unusable, ErrUnusable) || got.SetAside != filepath.Join(dir, tc.want.SetAside) {
+					t.Fatalf("Open = %+v, want the file set aside as %s", got, tc.want.SetAside)
+				}
+				if data, err := os.ReadFile(got.SetAside); err != nil || string(data) != tc.content {
+					t.Errorf("set-aside file = %q, %v", data, err)
+				}
+				if cp, err := NewStore(path, boot).Read(); err != nil || len(cp.Claims) != 0 {
+					t.Errorf("Read after Open = %+v, %v", cp, err)
+				}
+				return
+			}
+			if got != tc.want {
+				t.Errorf("Open = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestUpdateConcurrentStores has Stores in one process, each with its own
+// lock file descriptor, update the same file at once.
+func TestUpdateConcurrentStores(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	const stores, updates = 4, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, stores*updates)
+	for i := range stores {
+		s := NewStore(path, boot)
+		wg.Go(func() {
+			for j := range updates {
+				errs <- s.Update(addClaim(types.UID(fmt.Sprintf("s%d-%d", i, j))), nil)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp, _, err := NewStore(path, boot).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cp.Claims) != stores*updates {
+		t.Errorf("checkpoint holds %d claims, want %d", len(cp.Claims), stores*updates)
+	}
+}
+
+// Environment of TestUpdateAcrossProcesses's child processes.
+const (
+	envHelperPath   = "CHECKPOINT_TEST_HELPER_PATH"
+	envHelperPrefix = "CHECKPOINT_TEST_HELPER_PREFIX"
+	envHelperCount  = "CHECKPOINT_TEST_HELPER_COUNT"
+)
+
+// TestUpdateAcrossProcesses runs two processes (this test binary again)
+// that each add distinct claims to one checkpoint at the same time, as two
+// plugin pods do during a rolling update: only a lock shared across
+// processes keeps every entry.
+func TestUpdateAcrossProcesses(t *testing.T) {
+	if path := os.Getenv(envHelperPath); path != "" {
+		helperProcess(t, path)
+		return
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "checkpoint.json")
+	const processes, updates = 2, 60
+	start := filepath.Join(dir, "start")
+	var cmds []*exec.Cmd
+	for i := range processes {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestUpdateAcrossProcesses$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envHelperPath+"="+path, envHelperPrefix+"="+fmt.Sprintf("p%d", i), envHelperCount+"="+strconv.Itoa(updates))
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("process %d:\n%s", i, out.String())
+			}
+		})
+		cmds = append(cmds, cmd)
+	}
+	// Both processes wait for this file, so that their updates overlap.
+	if err := os.WriteFile(start, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("process %d: %v", i, err)
+		}
+	}
+	cp, _, err := NewStore(path, boot).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cp.Claims) != processes*updates {
+		t.Errorf("checkpoint holds %d claims, want %d", len(cp.Claims), processes*updates)
+	}
+}
+
+func helperProcess(t *testing.T, path string) {
+	n, err := strconv.Atoi(os.Getenv(envHelperCount))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := filepath.Join(filepath.Dir(path), "start")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(start); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no start signal")
+		}
+	}
+	s := NewStore(path, boot)
+	for i := range n {
+		if err := s.Update(addClaim(types.UID(fmt.Sprintf("%s-%d", os.Getenv(envHelperPrefix), i))), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
