@@ -68,6 +68,7 @@ func Configurations(client ClientConfig) (*admissionregistrationv1.MutatingWebho
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 			Rule: admissionregistrationv1.Rule{
 				APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1"}, Resources: resources,
+				Scope: ptr.To(admissionregistrationv1.AllScopes),
 			},
 		}}
 	}

@@ -1,44 +1,84 @@
 package webhook
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
-// staticManifest is where the webhook configurations ship for clusters,
-// generated from Configurations; UPDATE_MANIFESTS=1 rewrites it.
-var staticManifest = filepath.Join("..", "..", "deployments", "static", "webhooks.yaml")
+// staticManifest is the chart rendered with its default values (release
+// dra-driver-swap in namespace dra-swap) by `make manifests`; the
+// integration tests check that it is the chart's current output.
+var staticManifest = filepath.Join("..", "..", "deployments", "static", "dra-driver-swap.yaml")
 
-func TestStaticManifestMatches(t *testing.T) {
-	mutating, validating := Configurations(ServiceClientConfig("dra-swap", "dra-swap-controller"))
-	mutating.TypeMeta.APIVersion, mutating.TypeMeta.Kind = admissionregistrationv1.SchemeGroupVersion.String(), "MutatingWebhookConfiguration"
-	validating.TypeMeta.APIVersion, validating.TypeMeta.Kind = admissionregistrationv1.SchemeGroupVersion.String(), "ValidatingWebhookConfiguration"
-	var want bytes.Buffer
-	want.WriteString("# Generated from pkg/webhook.Configurations by `UPDATE_MANIFESTS=1 go test ./pkg/webhook/`; do not edit.\n")
-	want.WriteString("# The controller injects caBundle (or cert-manager's CA injector does, with --tls-cert-dir).\n")
-	for _, obj := range []any{mutating, validating} {
-		data, err := yaml.Marshal(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want.WriteString("---\n")
-		want.Write(bytes.ReplaceAll(data, []byte("  creationTimestamp: null\n"), nil))
-	}
-	if os.Getenv("UPDATE_MANIFESTS") == "1" {
-		if err := os.WriteFile(staticManifest, want.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(staticManifest)
+// TestChartWebhooksMatchConfigurations keeps the chart's webhook
+// configurations and Configurations, which the integration tests and the
+// controller's documentation rely on, the same: names, rules, match
+// conditions, failure policies, timeouts and paths.
+func TestChartWebhooksMatchConfigurations(t *testing.T) {
+	data, err := os.ReadFile(staticManifest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, want.Bytes()) {
-		t.Fatalf("%s is out of date with Configurations; run UPDATE_MANIFESTS=1 go test ./pkg/webhook/", staticManifest)
+	var gotMutating *admissionregistrationv1.MutatingWebhookConfiguration
+	var gotValidating *admissionregistrationv1.ValidatingWebhookConfiguration
+	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := dec.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var head struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			t.Fatalf("%s: %v", staticManifest, err)
+		}
+		switch head.Kind {
+		case "MutatingWebhookConfiguration":
+			gotMutating = &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := yaml.UnmarshalStrict(doc, gotMutating); err != nil {
+				t.Fatal(err)
+			}
+		case "ValidatingWebhookConfiguration":
+			gotValidating = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := yaml.UnmarshalStrict(doc, gotValidating); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if gotMutating == nil || gotValidating == nil {
+		t.Fatalf("%s lacks a webhook configuration", staticManifest)
+	}
+	wantMutating, wantValidating := Configurations(ServiceClientConfig("dra-swap", "dra-driver-swap-controller"))
+	// The chart names its objects after the release.
+	wantMutating.Name, wantValidating.Name = "dra-driver-swap", "dra-driver-swap"
+	for _, c := range []struct {
+		kind      string
+		want, got any
+	}{
+		{"MutatingWebhookConfiguration", wantMutating.Webhooks, gotMutating.Webhooks},
+		{"ValidatingWebhookConfiguration", wantValidating.Webhooks, gotValidating.Webhooks},
+	} {
+		want, err := yaml.Marshal(c.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := yaml.Marshal(c.got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("the chart's %s webhooks differ from Configurations; Go:\n%s\nchart:\n%s", c.kind, want, got)
+		}
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/webhook"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 
@@ -96,8 +95,18 @@ func run(ctx context.Context, cmd string, args []string) error {
 			if err != nil || node.Labels[labels.SwapBehavior] == "" {
 				return false, nil
 			}
-			m, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
-			return err == nil && len(m.Webhooks[0].ClientConfig.CABundle) > 0, nil
+			list, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, m := range list.Items {
+				for _, w := range m.Webhooks {
+					if w.Name == "binding.dra.swap" && len(w.ClientConfig.CABundle) > 0 {
+						return true, nil
+					}
+				}
+			}
+			return false, nil
 		})
 	}
 	return fmt.Errorf("unknown command %q", cmd)

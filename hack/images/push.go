@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+func runPush(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("push", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	from := flags.String("from", "", "OCI image layout written by build (required)")
+	registry := flags.String("registry", "", "registry HOST:PORT; each image goes to HOST:PORT/<name>:<tag> (required)")
+	insecure := flags.Bool("insecure", false, "talk plain http to the registry; always so for loopback registries")
+	if err := parseFlags(flags, args); err != nil {
+		return err
+	}
+	if *from == "" || *registry == "" {
+		return errors.New("push: -from and -registry are required")
+	}
+	return push(ctx, *from, *registry, *insecure, stdout)
+}
+
+// push copies every image of the layout at dir to registry, under the
+// "<name>:<tag>" of its org.opencontainers.image.ref.name annotation, and
+// prints each as registry/name:tag@digest.
+func push(ctx context.Context, dir, registry string, insecure bool, stdout io.Writer) error {
+	opts := []name.Option{name.StrictValidation}
+	if insecure || isLoopbackHost(registry) {
+		opts = append(opts, name.Insecure)
+	}
+	if _, err := name.NewRegistry(registry, opts...); err != nil {
+		return fmt.Errorf("push: registry %q: %w", registry, err)
+	}
+	lp, err := layout.FromPath(dir)
+	if err != nil {
+		return fmt.Errorf("push: reading the OCI layout %s: %w", dir, err)
+	}
+	idx, err := lp.ImageIndex()
+	if err != nil {
+		return fmt.Errorf("push: reading the index of %s: %w", dir, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("push: reading the index of %s: %w", dir, err)
+	}
+	if len(im.Manifests) == 0 {
+		return fmt.Errorf("push: the layout %s holds no images", dir)
+	}
+	for _, desc := range im.Manifests {
+		refName := desc.Annotations[refNameAnnotation]
+		if refName == "" {
+			return fmt.Errorf("push: manifest %s in %s has no %s annotation", desc.Digest, dir, refNameAnnotation)
+		}
+		tag, err := name.NewTag(registry+"/"+refName, opts...)
+		if err != nil {
+			return fmt.Errorf("push: manifest %s in %s: %w", desc.Digest, dir, err)
+		}
+		img, err := idx.Image(desc.Digest)
+		if err != nil {
+			return fmt.Errorf("push: image %s (%s) in %s: %w", refName, desc.Digest, dir, err)
+		}
+		if err := remote.Write(tag, img, remote.WithContext(ctx)); err != nil {
+			return fmt.Errorf("push: writing %s: %w", tag, err)
+		}
+		fmt.Fprintf(stdout, "%s@%s\n", tag, desc.Digest)
+	}
+	return nil
+}
+
+// isLoopbackHost says whether hostport ("host", "host:port", "[::1]:port")
+// names this machine's loopback interface.
+func isLoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
