@@ -15,11 +15,7 @@ fi
 make --no-print-directory build OUT_DIR="$BIN"
 go build -o "$BIN/e2e-clusterctl" ./test/e2e/clusterctl
 # helm, from its own tools module: hack/cluster/driver.sh installs the chart with it.
-helm_src=test/tools/helm
-if [ ! -x "$BIN/helm" ] || [ "$helm_src/go.sum" -nt "$BIN/helm" ] || [ "$helm_src/go.mod" -nt "$BIN/helm" ]; then
-	log "building helm"
-	(cd "$helm_src" && go build -o "$BIN/helm" helm.sh/helm/v4/cmd/helm)
-fi
+OUT_DIR="$BIN" hack/build-helm.sh
 go build -o "$BIN/dra-swap-images" ./hack/images
 # The driver's image and the tests' images, as one OCI layout that up.sh
 # pushes into the cluster's registry; and the driver's image of the same

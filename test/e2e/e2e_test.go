@@ -187,13 +187,19 @@ func (c *env) podMessages(t *testing.T, p *corev1.Pod) string {
 	return b.String()
 }
 
+// cgroupVersion is the node's, as its swap device says; remembered, so
+// that a test can still read cgroup files while the driver is uninstalled.
 func (c *env) cgroupVersion(t *testing.T) int {
 	t.Helper()
+	if c.cgroupV != 0 {
+		return c.cgroupV
+	}
 	dev := c.swapDevice(t)
 	if dev == nil || dev.Attributes["cgroupVersion"].IntValue == nil {
 		t.Fatal("the node publishes no swap device with a cgroupVersion")
 	}
-	return int(*dev.Attributes["cgroupVersion"].IntValue)
+	c.cgroupV = int(*dev.Attributes["cgroupVersion"].IntValue)
+	return c.cgroupV
 }
 
 // TestContainerLimits checks that each container gets exactly the claims

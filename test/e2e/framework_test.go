@@ -35,6 +35,7 @@ type env struct {
 	dir      string
 	node     string
 	repoRoot string
+	cgroupV  int // see cgroupVersion
 }
 
 func loadCluster(t *testing.T) *env {
