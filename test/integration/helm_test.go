@@ -1,0 +1,265 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
+)
+
+const (
+	chartDir       = "../../deployments/helm/dra-driver-swap"
+	staticManifest = "../../deployments/static/dra-driver-swap.yaml"
+)
+
+// helmBinary is $HELM (`make integration` builds it with hack/build-helm.sh).
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("HELM")
+	if bin == "" {
+		bin = "../../_output/bin/helm"
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("no helm binary at %s (%v): run `make helm` or set HELM", bin, err)
+	}
+	return bin
+}
+
+func runHelm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), args...)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), errors.New(strings.TrimSpace(stderr.String()))
+	}
+	return out.String(), nil
+}
+
+// TestChart checks the helm chart the way an admin meets it: lint, the
+// rendered manifests for the default and for non-default values applied
+// server-side (dry run) to a real kube-apiserver v1.37, the schema refusing
+// bad values, and deployments/static being the chart's current output.
+func TestChart(t *testing.T) {
+	s := framework.StartAPIServer(t)
+	ctx := context.Background()
+	valueSets := map[string][]string{
+		"default":      nil,
+		"custom":       {"--values", "testdata/values-custom.yaml"},
+		"secret-tls":   {"--values", "testdata/values-secret.yaml"},
+		"no-pdb-no-le": {"--set", "controller.podDisruptionBudget.enabled=false,controller.leaderElection=false,controller.replicas=1"},
+	}
+
+	t.Run("lint", func(t *testing.T) {
+		for name, values := range valueSets {
+			if out, err := runHelm(t, append([]string{"lint", "--strict", chartDir}, values...)...); err != nil {
+				t.Errorf("helm lint --strict with %s values: %v\n%s", name, err, out)
+			}
+		}
+	})
+
+	t.Run("static manifest is the chart's output", func(t *testing.T) {
+		out, err := runHelm(t, "template", "dra-driver-swap", chartDir, "--namespace", "dra-swap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		static, err := os.ReadFile(staticManifest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body []string
+		for _, line := range strings.SplitAfter(string(static), "\n") {
+			if !strings.HasPrefix(line, "# Generated") && !strings.HasPrefix(line, "# (release") {
+				body = append(body, line)
+			}
+		}
+		if strings.Join(body, "") != out {
+			t.Errorf("%s is not the chart's output with default values: run `make manifests`", staticManifest)
+		}
+	})
+
+	// The kinds that CRDs add (prometheus-operator, cert-manager): minimal
+	// CRDs so that the API server accepts the chart's objects of them.
+	for _, crd := range []struct{ group, kind, plural string }{
+		{"monitoring.coreos.com", "ServiceMonitor", "servicemonitors"},
+		{"cert-manager.io", "Certificate", "certificates"},
+	} {
+		createCRD(t, s, crd.group, crd.kind, crd.plural)
+	}
+	dyn, err := dynamic.NewForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+
+	for name, values := range valueSets {
+		t.Run("server-side dry run/"+name, func(t *testing.T) {
+			ns := "chart-" + name
+			if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
+				"pod-security.kubernetes.io/enforce": "privileged",
+			}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+			args := append([]string{"template", "dra-driver-swap", chartDir, "--namespace", ns,
+				"--api-versions", "monitoring.coreos.com/v1", "--api-versions", "cert-manager.io/v1"}, values...)
+			out, err := runHelm(t, args...)
+			if err != nil {
+				t.Fatalf("helm template: %v", err)
+			}
+			objs := decodeAll(t, out)
+			kinds := map[string]int{}
+			for _, u := range objs {
+				gvk := u.GroupVersionKind()
+				kinds[gvk.Kind]++
+				mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+				if err != nil {
+					t.Errorf("%s %s: %v", gvk, u.GetName(), err)
+					continue
+				}
+				var r dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+				if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+					if u.GetNamespace() != ns {
+						t.Errorf("%s %s is in namespace %q, want the release's %q", gvk.Kind, u.GetName(), u.GetNamespace(), ns)
+					}
+					r = dyn.Resource(mapping.Resource).Namespace(ns)
+				}
+				data, err := u.MarshalJSON()
+				if err != nil {
+					t.Fatal(err)
+				}
+				force := true
+				if _, err := r.Patch(ctx, u.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
+					DryRun: []string{metav1.DryRunAll}, FieldManager: "chart-test", Force: &force,
+				}); err != nil {
+					t.Errorf("server-side apply (dry run) of %s %s: %v", gvk.Kind, u.GetName(), err)
+				}
+			}
+			t.Logf("%s values: %d objects %v, all accepted", name, len(objs), kinds)
+			want := map[string]int{"DaemonSet": 1, "Deployment": 1, "DeviceClass": 1, "MutatingWebhookConfiguration": 1,
+				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1}
+			switch name {
+			case "custom":
+				want["DeviceClass"], want["ServiceMonitor"], want["Certificate"] = 3, 2, 1
+			case "no-pdb-no-le":
+				want["PodDisruptionBudget"] = 0
+			}
+			for kind, n := range want {
+				if kinds[kind] != n {
+					t.Errorf("%s values: %d %s objects, want %d", name, kinds[kind], kind, n)
+				}
+			}
+		})
+	}
+
+	t.Run("schema rejects bad values", func(t *testing.T) {
+		for _, c := range []struct {
+			values string
+			want   []string
+		}{
+			{"testdata/values-unknown-key.yaml", []string{"additional properties 'controlller' not allowed"}},
+			{"testdata/values-wrong-type.yaml", []string{"/kubeletPlugin/metricsPort", "got string, want integer"}},
+		} {
+			_, err := runHelm(t, "template", "x", chartDir, "--values", c.values)
+			if err == nil {
+				t.Errorf("%s: rendered, want a schema error", c.values)
+				continue
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q does not say %q", c.values, err, w)
+				}
+			}
+			t.Logf("%s: %v", filepath.Base(c.values), err)
+		}
+		for _, set := range []string{"controller.webhook.tls.mode=letsencrypt", "kubeletPlugin.cdiDir=relative/dir", "controller.podSelection=some"} {
+			if _, err := runHelm(t, "template", "x", chartDir, "--set", set); err == nil {
+				t.Errorf("--set %s: rendered, want a schema error", set)
+			}
+		}
+	})
+}
+
+func decodeAll(t *testing.T, manifest string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("decode the rendered chart: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	return objs
+}
+
+// createCRD installs a minimal namespaced CRD of group/kind with one served
+// version v1 that keeps any fields.
+func createCRD(t *testing.T, s *framework.APIServer, group, kind, plural string) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": plural + "." + group},
+		"spec": map[string]any{
+			"group": group,
+			"scope": "Namespaced",
+			"names": map[string]any{"kind": kind, "plural": plural, "singular": strings.ToLower(kind), "listKind": kind + "List"},
+			"versions": []any{map[string]any{
+				"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+			}},
+		},
+	}}
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dyn.Resource(gvr).Create(context.Background(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create CRD %s.%s: %v", plural, group, err)
+	}
+	// Wait until discovery serves it.
+	disco, err := discovery.NewDiscoveryClientForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if _, err := disco.ServerResourcesForGroupVersion(group + "/v1"); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("CRD %s.%s is not served", plural, group)
+}
