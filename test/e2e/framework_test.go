@@ -158,7 +158,6 @@ func (c *env) swapTemplate(t *testing.T, ns, name, class string, bytes int64) {
 
 type ctr = cluster.Container
 
-
 func (c *env) createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	created, err := c.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
