@@ -32,7 +32,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -61,9 +60,10 @@ func (c *env) upgradeVersion() string {
 	return c.driverVersion() + "-upgrade"
 }
 
-// startTimes records, from a watch, when each pod of a namespace was first
-// seen past Pending (its container started), on this machine's clock:
-// the API's timestamps have whole seconds only.
+// startTimes records when each pod of a namespace was first seen past
+// Pending (its container started), on this machine's clock: the API's
+// timestamps have whole seconds only. It lists the namespace's pods every
+// 200 ms (a watch can end early on a slow node and would need restarting).
 type startTimes struct {
 	mu      sync.Mutex
 	created map[string]time.Time
@@ -73,25 +73,28 @@ type startTimes struct {
 func (c *env) watchStarts(t *testing.T, ns string) *startTimes {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := c.client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &startTimes{created: map[string]time.Time{}, started: map[string]time.Time{}}
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
 	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			if p.Status.Phase != corev1.PodPending && p.Status.Phase != "" {
+		defer close(done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if list, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+				now := time.Now()
 				s.mu.Lock()
-				if _, seen := s.started[p.Name]; !seen {
-					s.started[p.Name] = time.Now()
+				for _, p := range list.Items {
+					if _, seen := s.started[p.Name]; !seen && p.Status.Phase != corev1.PodPending && p.Status.Phase != "" {
+						s.started[p.Name] = now
+					}
 				}
 				s.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
 			}
 		}
 	}()
@@ -145,10 +148,13 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	// A new claim pod every second (every 4 s on the emulated node), at
+	// most maxProbes of them.
+	const maxProbes = 40
 	wg.Go(func() {
-		tick := time.NewTicker(time.Second)
+		tick := time.NewTicker(cluster.Scaled(time.Second))
 		defer tick.Stop()
-		for i := 0; ; i++ {
+		for i := 0; i < maxProbes; i++ {
 			name := fmt.Sprintf("load-%03d", i)
 			starts.create(name)
 			_, err := c.client.CoreV1().Pods(ns).Create(context.Background(), c.WorkloadPod(ns, name, map[string]string{"swap": "swap-96"},
