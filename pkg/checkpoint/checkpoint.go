@@ -24,6 +24,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/atomicfile"
 )
 
 // Version is the format version this package writes and reads.
@@ -251,26 +253,7 @@ func (s *Store) save(cp *Checkpoint) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create checkpoint directory %s: %w", dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create temporary checkpoint in %s: %w", dir, err)
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return fmt.Errorf("replace checkpoint %s: %w", s.path, err)
-	}
-	return syncDir(dir)
+	return atomicfile.Write(s.path, bytes.NewReader(data), 0o600, "checkpoint")
 }
 
 // setAside renames an unusable checkpoint file out of the way (keeping it
@@ -280,17 +263,5 @@ func (s *Store) setAside() (string, error) {
 	if err := os.Rename(s.path, aside); err != nil {
 		return "", fmt.Errorf("set aside checkpoint %s: %w", s.path, err)
 	}
-	return aside, syncDir(filepath.Dir(s.path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
+	return aside, atomicfile.SyncDir(filepath.Dir(s.path))
 }

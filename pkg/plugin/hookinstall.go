@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/atomicfile"
 )
 
 // hookMode is the installed hook's mode: runc runs it as root.
@@ -50,31 +52,8 @@ func installHook(src, dst string) (installed bool, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, fmt.Errorf("create hook directory %s: %w", dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(dst)+".tmp-*")
-	if err != nil {
-		return false, fmt.Errorf("create temporary hook file in %s: %w", dir, err)
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("copy hook binary %s to %s: %w", src, tmp.Name(), err)
-	}
-	if err := tmp.Chmod(hookMode); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("make %s executable: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return false, fmt.Errorf("replace hook %s: %w", dst, err)
-	}
-	if err := syncDir(dir); err != nil {
-		return false, err
+	if err := atomicfile.Write(dst, in, hookMode, "hook"); err != nil {
+		return false, fmt.Errorf("install hook binary %s: %w", src, err)
 	}
 	return true, nil
 }
@@ -114,16 +93,4 @@ func digest(r io.Reader) ([]byte, error) {
 		return nil, err
 	}
 	return h.Sum(nil), nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s to sync it: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }
