@@ -4,16 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/testprocess"
 )
 
 const (
@@ -257,9 +257,8 @@ func TestUpdateConcurrentStores(t *testing.T) {
 
 // Environment of TestUpdateAcrossProcesses's child processes.
 const (
-	envHelperPath   = "CHECKPOINT_TEST_HELPER_PATH"
-	envHelperPrefix = "CHECKPOINT_TEST_HELPER_PREFIX"
-	envHelperCount  = "CHECKPOINT_TEST_HELPER_COUNT"
+	envHelperPath  = "CHECKPOINT_TEST_HELPER_PATH"
+	envHelperCount = "CHECKPOINT_TEST_HELPER_COUNT"
 )
 
 // TestUpdateAcrossProcesses runs two processes (this test binary again)
@@ -267,39 +266,15 @@ const (
 // plugin pods do during a rolling update: only a lock shared across
 // processes keeps every entry.
 func TestUpdateAcrossProcesses(t *testing.T) {
-	if path := os.Getenv(envHelperPath); path != "" {
-		helperProcess(t, path)
+	if i, ok := testprocess.Child(); ok {
+		updateInChild(t, i)
 		return
 	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "checkpoint.json")
+	path := filepath.Join(t.TempDir(), "checkpoint.json")
 	const processes, updates = 2, 60
-	start := filepath.Join(dir, "start")
-	var cmds []*exec.Cmd
-	for i := range processes {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestUpdateAcrossProcesses$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envHelperPath+"="+path, envHelperPrefix+"="+fmt.Sprintf("p%d", i), envHelperCount+"="+strconv.Itoa(updates))
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("process %d:\n%s", i, out.String())
-			}
-		})
-		cmds = append(cmds, cmd)
-	}
-	// Both processes wait for this file, so that their updates overlap.
-	if err := os.WriteFile(start, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("process %d: %v", i, err)
-		}
-	}
+	testprocess.Run(t, "TestUpdateAcrossProcesses", processes, func(int) []string {
+		return []string{envHelperPath + "=" + path, envHelperCount + "=" + strconv.Itoa(updates)}
+	})
 	cp, _, err := NewStore(path, boot).Load()
 	if err != nil {
 		t.Fatal(err)
@@ -309,23 +284,15 @@ func TestUpdateAcrossProcesses(t *testing.T) {
 	}
 }
 
-func helperProcess(t *testing.T, path string) {
+func updateInChild(t *testing.T, index int) {
 	n, err := strconv.Atoi(os.Getenv(envHelperCount))
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := filepath.Join(filepath.Dir(path), "start")
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
-		if _, err := os.Stat(start); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no start signal")
-		}
-	}
-	s := NewStore(path, boot)
+	testprocess.AwaitStart(t)
+	s := NewStore(os.Getenv(envHelperPath), boot)
 	for i := range n {
-		if err := s.Update(addClaim(types.UID(fmt.Sprintf("%s-%d", os.Getenv(envHelperPrefix), i))), nil); err != nil {
+		if err := s.Update(addClaim(types.UID(fmt.Sprintf("p%d-%d", index, i))), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

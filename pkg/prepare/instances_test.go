@@ -3,19 +3,19 @@ package prepare
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/checkpoint"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/testprocess"
 )
 
 // These tests run two plugin instances on one node, as a rolling update of
@@ -166,9 +166,8 @@ func assertPrepared(t *testing.T, e *env, want int) {
 
 // Environment of TestPrepareAcrossProcesses's child processes.
 const (
-	envHelperDir      = "PREPARE_TEST_HELPER_DIR"
-	envHelperInstance = "PREPARE_TEST_HELPER_INSTANCE"
-	envHelperClaims   = "PREPARE_TEST_HELPER_CLAIMS"
+	envHelperDir    = "PREPARE_TEST_HELPER_DIR"
+	envHelperClaims = "PREPARE_TEST_HELPER_CLAIMS"
 )
 
 // TestPrepareAcrossProcesses runs two plugin instances as two processes
@@ -176,37 +175,15 @@ const (
 // time on one checkpoint: every claim must end up in it. Then one instance
 // unprepares them all.
 func TestPrepareAcrossProcesses(t *testing.T) {
-	if dir := os.Getenv(envHelperDir); dir != "" {
-		prepareInChild(t, dir)
+	if i, ok := testprocess.Child(); ok {
+		prepareInChild(t, i)
 		return
 	}
 	dir := t.TempDir()
 	const processes, claims = 2, 40
-	var cmds []*exec.Cmd
-	for i := range processes {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestPrepareAcrossProcesses$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envHelperDir+"="+dir, envHelperInstance+"="+strconv.Itoa(i), envHelperClaims+"="+strconv.Itoa(claims))
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("process %d:\n%s", i, out.String())
-			}
-		})
-		cmds = append(cmds, cmd)
-	}
-	// The children wait for this file, so that their prepares overlap.
-	if err := os.WriteFile(filepath.Join(dir, "start"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("process %d: %v", i, err)
-		}
-	}
+	testprocess.Run(t, "TestPrepareAcrossProcesses", processes, func(int) []string {
+		return []string{envHelperDir + "=" + dir, envHelperClaims + "=" + strconv.Itoa(claims)}
+	})
 	e := newEnvIn(t, dir)
 	assertPrepared(t, e, processes*claims)
 
@@ -222,23 +199,13 @@ func TestPrepareAcrossProcesses(t *testing.T) {
 	assertPrepared(t, e, 0)
 }
 
-func prepareInChild(t *testing.T, dir string) {
-	instance, err := strconv.Atoi(os.Getenv(envHelperInstance))
-	if err != nil {
-		t.Fatal(err)
-	}
+func prepareInChild(t *testing.T, instance int) {
+	dir := os.Getenv(envHelperDir)
 	n, err := strconv.Atoi(os.Getenv(envHelperClaims))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(dir, "start")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no start signal")
-		}
-	}
+	testprocess.AwaitStart(t)
 	e := newEnvIn(t, dir)
 	ctx := testContext(t)
 	for j := range n {
