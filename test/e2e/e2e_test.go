@@ -415,13 +415,8 @@ func TestPluginRestart(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-128", "", 128*mi)
-	long := c.createPod(t, c.WorkloadPod(ns, "long", map[string]string{"swap": "swap-128"},
-		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
-	long = c.waitPod(t, ns, long.Name, "running", podTimeout, running)
-	before := c.hostSwapLimit(t, long, "worker")
-	if before != 128*mi {
-		t.Fatalf("host cgroup swap limit %d, want %d", before, 128*mi)
-	}
+	const before = 128 * mi
+	long := c.runningClaimPod(t, ns, "long", "swap-128", before)
 
 	t.Logf("%s restarting the plugin", time.Now().Format(time.TimeOnly))
 	c.restartPlugin(t)

@@ -158,6 +158,20 @@ func (c *env) swapTemplate(t *testing.T, ns, name, class string, bytes int64) {
 
 type ctr = cluster.Container
 
+// runningClaimPod starts a pod whose container "worker" holds the claim of
+// template for half an hour, waits until it runs and checks that the
+// container's cgroup on the node carries want bytes of swap.
+func (c *env) runningClaimPod(t *testing.T, ns, name, template string, want int64) *corev1.Pod {
+	t.Helper()
+	p := c.createPod(t, c.WorkloadPod(ns, name, map[string]string{"swap": template},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 1800}))
+	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
+	if got := c.hostSwapLimit(t, p, "worker"); got != want {
+		t.Fatalf("pod %s: host cgroup swap limit %d, want %d", name, got, want)
+	}
+	return p
+}
+
 func (c *env) createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	created, err := c.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})

@@ -7,11 +7,8 @@ package e2e
 // they run after the tests in e2e_test.go (Go runs files in name order).
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,22 +22,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
+	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
 )
 
 // driverVersion is the image tag the cluster scripts install, and
@@ -126,13 +118,8 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
-	old := c.createPod(t, c.WorkloadPod(ns, "old", map[string]string{"swap": "swap-96"},
-		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 1800}))
-	old = c.waitPod(t, ns, old.Name, "running", podTimeout, running)
-	before := c.hostSwapLimit(t, old, "worker")
-	if before != 96*mi {
-		t.Fatalf("old pod: host cgroup swap limit %d, want %d", before, 96*mi)
-	}
+	const before = 96 * mi
+	old := c.runningClaimPod(t, ns, "old", "swap-96", before)
 	oldClaim := c.claimUID(t, old)
 	plugin := c.pluginPods(t)[0]
 	t.Logf("plugin pod %s runs %s", plugin.Name, plugin.Spec.Containers[0].Image)
@@ -282,50 +269,26 @@ func (o chartObject) String() string {
 // releaseObjects lists the objects helm made for the release.
 func (c *env) releaseObjects(t *testing.T) []chartObject {
 	t.Helper()
-	manifest := c.helm(t, "get", "manifest", driverRelease)
-	dyn, err := dynamic.NewForConfig(c.Config)
+	objs, err := manifest.Decode(c.helm(t, "get", "manifest", driverRelease))
 	if err != nil {
-		t.Fatal(err)
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
-	var objs []chartObject
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			t.Fatalf("decode the release manifest: %v", err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		gvk := u.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s %s: %v", gvk, u.GetName(), err)
-		}
-		o := chartObject{gvk: gvk.Kind, name: u.GetName()}
-		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-			o.namespace = u.GetNamespace()
-			if o.namespace == "" {
-				o.namespace = driverNamespace
-			}
-			o.resource = dyn.Resource(mapping.Resource).Namespace(o.namespace)
-		} else {
-			o.resource = dyn.Resource(mapping.Resource)
-		}
-		objs = append(objs, o)
+		t.Fatalf("the release manifest: %v", err)
 	}
 	if len(objs) == 0 {
 		t.Fatal("the release manifest has no objects")
 	}
-	return objs
+	resources, err := manifest.NewResources(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []chartObject
+	for _, u := range objs {
+		r, err := resources.For(u, driverNamespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, chartObject{gvk: u.GetKind(), namespace: r.Namespace, name: u.GetName(), resource: r.Client})
+	}
+	return out
 }
 
 // TestUninstallAndReinstall: `helm uninstall` removes every object the
@@ -338,10 +301,8 @@ func TestUninstallAndReinstall(t *testing.T) {
 	ns := c.namespace(t)
 	ctx := context.Background()
 	c.swapTemplate(t, ns, "swap-80", "", 80*mi)
-	keep := c.createPod(t, c.WorkloadPod(ns, "keeps-running", map[string]string{"swap": "swap-80"},
-		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 1800}))
-	keep = c.waitPod(t, ns, keep.Name, "running", podTimeout, running)
-	before := c.hostSwapLimit(t, keep, "worker")
+	const before = 80 * mi
+	keep := c.runningClaimPod(t, ns, "keeps-running", "swap-80", before)
 	claim := c.claimUID(t, keep)
 
 	objs := c.releaseObjects(t)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,18 +13,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
+	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
 )
 
 const (
@@ -108,15 +104,10 @@ func TestChart(t *testing.T) {
 	} {
 		createCRD(t, s, crd.group, crd.kind, crd.plural)
 	}
-	dyn, err := dynamic.NewForConfig(s.Config)
+	resources, err := manifest.NewResources(s.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	disco, err := discovery.NewDiscoveryClientForConfig(s.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 
 	for name, values := range valueSets {
 		t.Run("server-side dry run/"+name, func(t *testing.T) {
@@ -132,23 +123,23 @@ func TestChart(t *testing.T) {
 			if err != nil {
 				t.Fatalf("helm template: %v", err)
 			}
-			objs := decodeAll(t, out)
+			objs, err := manifest.Decode(out)
+			if err != nil {
+				t.Fatalf("the rendered chart: %v", err)
+			}
 			kinds := map[string]int{}
 			for _, u := range objs {
 				gvk := u.GroupVersionKind()
 				kinds[gvk.Kind]++
-				mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+				res, err := resources.For(u, ns)
 				if err != nil {
-					t.Errorf("%s %s: %v", gvk, u.GetName(), err)
+					t.Error(err)
 					continue
 				}
-				var r dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
-				if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-					if u.GetNamespace() != ns {
-						t.Errorf("%s %s is in namespace %q, want the release's %q", gvk.Kind, u.GetName(), u.GetNamespace(), ns)
-					}
-					r = dyn.Resource(mapping.Resource).Namespace(ns)
+				if res.Namespaced && u.GetNamespace() != ns {
+					t.Errorf("%s %s is in namespace %q, want the release's %q", gvk.Kind, u.GetName(), u.GetNamespace(), ns)
 				}
+				r := res.Client
 				data, err := u.MarshalJSON()
 				if err != nil {
 					t.Fatal(err)
@@ -203,25 +194,6 @@ func TestChart(t *testing.T) {
 			}
 		}
 	})
-}
-
-func decodeAll(t *testing.T, manifest string) []*unstructured.Unstructured {
-	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			t.Fatalf("decode the rendered chart: %v", err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-	return objs
 }
 
 // createCRD installs a minimal namespaced CRD of group/kind with one served
