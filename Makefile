@@ -16,7 +16,7 @@ IMAGES_DIR ?= $(CURDIR)/_output/images
 GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/...
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench k8s-binaries helm manifests deps clean
+.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench k8s-binaries helm manifests deps clean
 
 all: build
 
@@ -24,20 +24,22 @@ build:
 	@mkdir -p $(OUT_DIR)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(OUT_DIR)/ $(addprefix ./cmd/,$(COMMANDS))
 
+## image-tool: dra-swap-images (hack/images), which builds, pushes and
+## serves the images.
+image-tool:
+	@mkdir -p $(OUT_DIR)
+	$(GO) build -o $(OUT_DIR)/dra-swap-images ./hack/images
+
 ## images: the driver's image dra-driver-swap:$(VERSION) and the e2e tests'
 ## images (pause:3.10, swap-workload:v1), as an OCI image layout in
 ## $(IMAGES_DIR); no Docker engine needed. The same sources give the same digests.
-images:
-	@mkdir -p $(OUT_DIR)
-	$(GO) build -o $(OUT_DIR)/dra-swap-images ./hack/images
+images: image-tool
 	$(OUT_DIR)/dra-swap-images build -out $(IMAGES_DIR) -version $(VERSION) -revision $(REVISION) -set all
 
 ## push: push the images of $(IMAGES_DIR) to REGISTRY (HOST:PORT) as
 ## $(REGISTRY)/<name>:<tag>; loopback registries are reached over plain http.
-push:
+push: image-tool
 	@if [ -z "$(REGISTRY)" ]; then echo "make push needs REGISTRY=HOST:PORT" >&2; exit 1; fi
-	@mkdir -p $(OUT_DIR)
-	$(GO) build -o $(OUT_DIR)/dra-swap-images ./hack/images
 	$(OUT_DIR)/dra-swap-images push -from $(IMAGES_DIR) -registry $(REGISTRY)
 
 ## test: everything a change must pass: static checks, unit tests,

@@ -16,11 +16,11 @@ make --no-print-directory build OUT_DIR="$BIN"
 go build -o "$BIN/e2e-clusterctl" ./test/e2e/clusterctl
 # helm, from its own tools module: hack/cluster/driver.sh installs the chart with it.
 OUT_DIR="$BIN" hack/build-helm.sh
-go build -o "$BIN/dra-swap-images" ./hack/images
+make --no-print-directory image-tool OUT_DIR="$BIN"
 # The driver's image and the tests' images, as one OCI layout that up.sh
 # pushes into the cluster's registry; and the driver's image of the same
 # code with another version label (another digest), the e2e upgrade's target.
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 "$BIN/dra-swap-images" build -out "$IMAGES" -version "$DRIVER_VERSION" -revision "$revision" -set all
-"$BIN/dra-swap-images" build -out "$IMAGES-upgrade" -version "$DRIVER_UPGRADE_VERSION" -revision "$revision" -set driver
+"$BIN/dra-swap-images" build -out "$IMAGES_UPGRADE" -version "$DRIVER_UPGRADE_VERSION" -revision "$revision" -set driver
 log "build done in $((SECONDS - start_time))s"

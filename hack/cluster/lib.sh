@@ -10,6 +10,10 @@ IMAGES="${IMAGES:-$REPO/_output/images}"
 # code built with another version label, which the e2e upgrade test rolls to.
 DRIVER_VERSION="${DRIVER_VERSION:-${VERSION:-0.1.0}}"
 DRIVER_UPGRADE_VERSION="${DRIVER_UPGRADE_VERSION:-$DRIVER_VERSION-upgrade}"
+# The OCI layouts build.sh writes and up.sh pushes: every image at
+# DRIVER_VERSION, and the driver's at DRIVER_UPGRADE_VERSION.
+IMAGES_UPGRADE="$IMAGES-upgrade"
+IMAGE_LAYOUTS="$IMAGES $IMAGES_UPGRADE"
 CLUSTER_DIR="${CLUSTER_DIR:-/var/lib/dra-swap-e2e}"
 NODE_NAME="${NODE_NAME:-dra-swap-node}"
 SWAP_SIZE_MIB="${SWAP_SIZE_MIB:-1024}"

@@ -13,7 +13,7 @@ begin=$SECONDS
 for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy containerd ctr containerd-shim-runc-v2 dra-swap-images e2e-clusterctl; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run hack/cluster/build.sh"
 done
-for layout in "$IMAGES" "$IMAGES-upgrade"; do
+for layout in $IMAGE_LAYOUTS; do
 	[ -f "$layout/index.json" ] || die "$layout holds no OCI image layout: run hack/cluster/build.sh"
 done
 teardown
@@ -114,7 +114,7 @@ start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$CLUSTER_DIR/kubeconfig
 log "registry on $REGISTRY"
 start registry "$BIN/dra-swap-images" registry -addr "$REGISTRY" -dir "$CLUSTER_DIR/registry"
 wait_for "registry" 30 curl -sf "http://$REGISTRY/v2/"
-for layout in "$IMAGES" "$IMAGES-upgrade"; do
+for layout in $IMAGE_LAYOUTS; do
 	"$BIN/dra-swap-images" push -from "$layout" -registry "$REGISTRY" >> "$LOGS/push.log" 2>&1 ||
 		{ cat "$LOGS/push.log" >&2; die "pushing $layout to $REGISTRY failed"; }
 done
