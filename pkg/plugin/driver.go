@@ -44,7 +44,6 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	for _, r := range results {
 		d.metrics.observe(opPrepare, r.Err, time.Since(start))
 	}
-	d.refreshPrepared(ctx)
 	return results, nil
 }
 
@@ -55,19 +54,7 @@ func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	for _, err := range results {
 		d.metrics.observe(opUnprepare, err, time.Since(start))
 	}
-	d.refreshPrepared(ctx)
 	return results, nil
-}
-
-// refreshPrepared sets the metrics of the claims prepared on the node (by
-// this plugin instance or another) from the checkpoint.
-func (d *driver) refreshPrepared(ctx context.Context) {
-	claims, bytes, err := d.manager.Prepared()
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Cannot read the prepared claims for the metrics")
-		return
-	}
-	d.metrics.setPrepared(claims, bytes)
 }
 
 // HandleError implements kubeletplugin.DRAPlugin: background errors are

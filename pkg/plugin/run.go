@@ -161,9 +161,14 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 			return facts.CgroupVersion
 		},
 		AllowCriticalPods: cfg.AllowCriticalPods,
+		Recorded:          metrics.setPrepared,
 	}, writer, store, podGetter{client})
 	d := &driver{poolName: cfg.NodeName, manager: manager, publisher: publisher, metrics: metrics, fatal: cancel}
-	d.refreshPrepared(ctx)
+	if claims, swapBytes, err := manager.Prepared(); err != nil {
+		logger.Error(err, "Cannot read the prepared claims for the metrics")
+	} else {
+		metrics.setPrepared(claims, swapBytes)
+	}
 
 	opts := []kubeletplugin.Option{
 		kubeletplugin.KubeClient(client),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -215,3 +216,43 @@ func prepareInChild(t *testing.T, instance int) {
 		}
 	}
 }
+
+// TestRecordedTotals: after each prepare and unprepare, Options.Recorded
+// gets what the checkpoint holds, claims of other instances included, and
+// nothing when the checkpoint could not be saved.
+func TestRecordedTotals(t *testing.T) {
+	dir := t.TempDir()
+	one, two := newEnvIn(t, dir), newEnvIn(t, dir)
+	type recorded struct {
+		claims int
+		bytes  int64
+	}
+	var got []recorded
+	two.m.opts.Recorded = func(claims int, swapBytes int64) { got = append(got, recorded{claims, swapBytes}) }
+	ctx := testContext(t)
+	if r := one.m.Prepare(ctx, []*resourceapi.ResourceClaim{newClaim(uidA, "a", mi)})[uidA]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if r := two.m.Prepare(ctx, []*resourceapi.ResourceClaim{newClaim(uidB, "b", 2*mi)})[uidB]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	two.saver.fail = true
+	if r := two.m.Prepare(ctx, []*resourceapi.ResourceClaim{newClaim(uidRecordedC, "c", 4*mi)})[uidRecordedC]; r.Err == nil {
+		t.Fatal("prepare with a failing save succeeded")
+	}
+	two.saver.fail = false
+	// Unprepare of a claim the checkpoint does not hold changes nothing,
+	// and still reports what it holds.
+	if err := two.m.Unprepare(ctx, []kubeletplugin.NamespacedObject{claimObj(uidRecordedC, "c")})[uidRecordedC]; err != nil {
+		t.Fatal(err)
+	}
+	if err := two.m.Unprepare(ctx, []kubeletplugin.NamespacedObject{claimObj(uidA, "a")})[uidA]; err != nil {
+		t.Fatal(err)
+	}
+	want := []recorded{{2, 3 * mi}, {2, 3 * mi}, {1, 2 * mi}}
+	if !slices.Equal(got, want) {
+		t.Errorf("Recorded got %v, want %v", got, want)
+	}
+}
+
+const uidRecordedC = "00000000-0000-4000-8000-00000000000c"

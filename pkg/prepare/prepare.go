@@ -69,6 +69,10 @@ type Options struct {
 	// system-cluster-critical pods use swap; the kubelet never swaps
 	// them, and neither does this driver unless an admin says so.
 	AllowCriticalPods bool
+	// Recorded, if set, is told what the checkpoint holds after each
+	// prepare or unprepare (the claims prepared on the node and the swap
+	// they grant), from the checkpoint that call read, for the metrics.
+	Recorded func(claims int, swapBytes int64)
 }
 
 // Manager prepares and unprepares claims. It is safe for concurrent use,
@@ -94,10 +98,29 @@ func (m *Manager) Prepared() (claims int, swapBytes int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	claims, swapBytes = totals(cp)
+	return claims, swapBytes, nil
+}
+
+func totals(cp *checkpoint.Checkpoint) (claims int, swapBytes int64) {
 	for _, c := range cp.Claims {
 		swapBytes += c.SwapBytes
 	}
-	return len(cp.Claims), swapBytes, nil
+	return len(cp.Claims), swapBytes
+}
+
+// update is store.Update, and then tells Options.Recorded what the
+// checkpoint holds when the change was saved or there was nothing to save.
+func (m *Manager) update(change func(cp *checkpoint.Checkpoint) error, undo func() error) error {
+	var seen *checkpoint.Checkpoint
+	err := m.store.Update(func(cp *checkpoint.Checkpoint) error {
+		seen = cp
+		return change(cp)
+	}, undo)
+	if m.opts.Recorded != nil && seen != nil && (err == nil || errors.Is(err, errUnchanged)) {
+		m.opts.Recorded(totals(seen))
+	}
+	return err
 }
 
 // errUnchanged tells the checkpoint store that there is nothing to save.
@@ -156,7 +179,7 @@ func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceCla
 
 	prepared := map[types.UID][]kubeletplugin.Device{}
 	var added []types.UID // claims whose spec is new
-	err := m.store.Update(func(cp *checkpoint.Checkpoint) error {
+	err := m.update(func(cp *checkpoint.Checkpoint) error {
 		for _, plan := range ready {
 			devices, isNew, err := m.apply(ctx, cp, plan, batch)
 			if err != nil {
@@ -328,7 +351,7 @@ func (m *Manager) Unprepare(ctx context.Context, claims []kubeletplugin.Namespac
 		results[c.UID] = fmt.Errorf("unprepare swap claim %s (%s): %w", c.NamespacedName, c.UID, err)
 	}
 	var removed []kubeletplugin.NamespacedObject // entries removed from the checkpoint
-	err := m.store.Update(func(cp *checkpoint.Checkpoint) error {
+	err := m.update(func(cp *checkpoint.Checkpoint) error {
 		for _, c := range claims {
 			if err := m.specs.Remove(string(c.UID)); err != nil {
 				fail(c, err)
