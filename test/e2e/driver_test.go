@@ -176,15 +176,10 @@ func (c *env) driverDiagnostics() string {
 // containerLogTail reads a container's log files on the node (all
 // restarts), the last n lines.
 func (c *env) containerLogTail(p *corev1.Pod, container string, n int) string {
-	root := c.Env["POD_LOGS_DIR"]
-	if root == "" {
-		root = filepath.Join(c.dir, "pod-logs")
-	}
-	files, _ := filepath.Glob(filepath.Join(root, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container, "*.log"))
+	files := c.ContainerLogFiles(p, container)
 	if len(files) == 0 {
 		return "(no log files)"
 	}
-	slices.Sort(files)
 	var out []string
 	for _, f := range files {
 		out = append(out, "["+filepath.Base(f)+"]", tail(f, n))

@@ -182,19 +182,30 @@ func (c *Cluster) Report(p *corev1.Pod, container, kind string) (r Result, ok bo
 }
 
 func (c *Cluster) logLine(p *corev1.Pod, container, prefix string) (string, bool) {
-	for _, root := range []string{c.Env["POD_LOGS_DIR"], filepath.Join(c.Dir, "pod-logs"), "/var/log/pods"} {
-		if root == "" {
-			continue
-		}
-		dir := filepath.Join(root, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container)
-		files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-		for _, f := range files {
-			if line, ok := findLine(f, prefix); ok {
-				return line, true
-			}
+	for _, f := range c.ContainerLogFiles(p, container) {
+		if line, ok := findLine(f, prefix); ok {
+			return line, true
 		}
 	}
 	return "", false
+}
+
+// ContainerLogFiles are the log files of a container (one per restart)
+// that the kubelet wrote on the node, sorted by name within each place the
+// cluster may keep them.
+func (c *Cluster) ContainerLogFiles(p *corev1.Pod, container string) []string {
+	var all []string
+	seen := map[string]bool{}
+	for _, root := range []string{c.Env["POD_LOGS_DIR"], filepath.Join(c.Dir, "pod-logs"), "/var/log/pods"} {
+		if root == "" || seen[root] {
+			continue
+		}
+		seen[root] = true
+		dir := filepath.Join(root, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container)
+		files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		all = append(all, files...) // Glob sorts
+	}
+	return all
 }
 
 // findLine scans a CRI log file ("<time> <stream> <tag> <message>").
