@@ -123,7 +123,7 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 		srv.Register(swapwebhook.ConfigPath, &admission.Webhook{Handler: &swapwebhook.ConfigValidator{
 			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes,
 		}})
-		if err := mgr.AddReadyzCheck("webhook", webhookReady(certs)); err != nil {
+		if err := mgr.AddReadyzCheck("webhook", webhookReady(certs, srv.StartedChecker())); err != nil {
 			return err
 		}
 		if certs != nil {
@@ -146,14 +146,19 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 	return mgr.Start(ctx)
 }
 
-// webhookReady is ready once a serving certificate is loaded.
-func webhookReady(certs *servingcert.Manager) healthz.Checker {
-	return func(*http.Request) error {
-		if certs == nil {
-			return nil
+// webhookReady is ready once a serving certificate is loaded and the
+// webhook server accepts TLS connections.
+func webhookReady(certs *servingcert.Manager, started healthz.Checker) healthz.Checker {
+	return func(req *http.Request) error {
+		if certs != nil {
+			if _, err := certs.GetCertificate(nil); err != nil {
+				return err
+			}
 		}
-		_, err := certs.GetCertificate(nil)
-		return err
+		if err := started(req); err != nil {
+			return fmt.Errorf("webhook server: %w", err)
+		}
+		return nil
 	}
 }
 

@@ -109,7 +109,11 @@ func (c *env) waitPluginReady(t *testing.T, cond func(*corev1.Pod) bool) *corev1
 // driverScript runs hack/cluster/driver.sh (helm) and returns its output.
 func (c *env) driverScript(t *testing.T, args ...string) string {
 	t.Helper()
-	return c.script(t, "driver.sh", args...)
+	out := c.script(t, "driver.sh", args...)
+	if len(args) > 0 && (args[0] == "install" || args[0] == "upgrade") {
+		c.waitWebhookServing(t)
+	}
+	return out
 }
 
 // helm runs the helm binary the cluster scripts use, on the cluster.
@@ -222,6 +226,31 @@ func (c *env) scaleController(t *testing.T, replicas int32) {
 	if err != nil {
 		t.Fatalf("scaling the controller to %d: %v\n%s", replicas, err, c.driverDiagnostics())
 	}
+	if replicas > 0 {
+		c.waitWebhookServing(t)
+	}
+}
+
+// waitWebhookServing waits until the API server reaches the controller's
+// validating webhook through its Service: a server-side dry run of a claim
+// carrying dra.swap configuration is admitted. Ready pods are not enough:
+// the Service's EndpointSlice and kube-proxy's rules follow them by a few
+// seconds (more on the emulated node), and until then the API server's
+// call is refused and, with failurePolicy Fail, so is the claim.
+func (c *env) waitWebhookServing(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	var last error
+	start := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, podTimeout, true, func(ctx context.Context) (bool, error) {
+		_, last = c.client.ResourceV1().ResourceClaims(driverNamespace).Create(ctx,
+			configClaim(driverNamespace, "webhook-probe", validSwapConfig), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the config webhook does not admit a valid claim: %v\n%s", last, c.driverDiagnostics())
+	}
+	t.Logf("the config webhook served %s after the controller was ready", time.Since(start).Round(10*time.Millisecond))
 }
 
 // waitGone polls until get reports NotFound.

@@ -463,15 +463,8 @@ func TestControllerDown(t *testing.T) {
 	}
 	t.Logf("with the controller down, pod labels at bind time: %v", with.Labels)
 
-	claim := func(name, config string) *resourceapi.ResourceClaim {
-		tmpl := cluster.SwapTemplate(ns, name, "", 64*mi)
-		cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: tmpl.Spec.Spec}
-		cl.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(config)}},
-		}}}
-		return cl
-	}
-	valid := `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig"}`
+	claim := func(name, config string) *resourceapi.ResourceClaim { return configClaim(ns, name, config) }
+	valid := validSwapConfig
 	if _, err := c.client.ResourceV1().ResourceClaims(ns).Create(ctx, claim("config-while-down", valid), metav1.CreateOptions{}); err == nil {
 		t.Errorf("a claim with dra.swap config was accepted while the validating webhook was down; its failurePolicy is Fail")
 	} else {
@@ -497,4 +490,18 @@ func TestControllerDown(t *testing.T) {
 	if _, err := c.client.ResourceV1().ResourceClaims(ns).Create(ctx, claim("valid", valid), metav1.CreateOptions{}); err != nil {
 		t.Errorf("valid SwapConfig with the controller back: %v", err)
 	}
+}
+
+// validSwapConfig is the smallest valid dra.swap opaque configuration.
+const validSwapConfig = `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig"}`
+
+// configClaim is a 64Mi swap claim carrying config as dra.swap opaque
+// configuration, which the controller's validating webhook checks.
+func configClaim(ns, name, config string) *resourceapi.ResourceClaim {
+	tmpl := cluster.SwapTemplate(ns, name, "", 64*mi)
+	cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: tmpl.Spec.Spec}
+	cl.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(config)}},
+	}}}
+	return cl
 }
