@@ -13,6 +13,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/hook"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
 )
 
 // The CDI specs of prepared claims outlive the plugin that wrote them: after
@@ -68,7 +69,7 @@ var releasedSpecs = []struct {
 		env:  "DRA_SWAP_LIMIT_BYTES=1610612736",
 		apply: parsed{
 			cfg: hook.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", StateDir: goldenStateDir},
-			req: hook.Request{ClaimUID: goldenUID, Share: hook.Share{
+			req: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{
 				SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10),
 			}},
 		},
@@ -187,12 +188,12 @@ func TestWriterOutputParses(t *testing.T) {
 	tests := []struct {
 		name  string
 		edits ClaimEdits
-		want  hook.Share
+		want  hookstate.Share
 	}{
-		{name: "limit only", edits: ClaimEdits{ClaimUID: goldenUID, SwapLimitBytes: 5 << 20, EnvBytes: 5 << 20}, want: hook.Share{SwapLimit: 5 << 20}},
-		{name: "every knob", edits: goldenEdits, want: hook.Share{SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10)}},
+		{name: "limit only", edits: ClaimEdits{ClaimUID: goldenUID, SwapLimitBytes: 5 << 20, EnvBytes: 5 << 20}, want: hookstate.Share{SwapLimit: 5 << 20}},
+		{name: "every knob", edits: goldenEdits, want: hookstate.Share{SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10)}},
 		{name: "zswap on, zero swappiness", edits: ClaimEdits{ClaimUID: goldenUID, SwapLimitBytes: 1, EnvBytes: 1, Zswap: ZswapOn, Swappiness: ptr.To[int64](0)},
-			want: hook.Share{SwapLimit: 1, Zswap: ptr.To(true), Swappiness: ptr.To[uint64](0)}},
+			want: hookstate.Share{SwapLimit: 1, Zswap: ptr.To(true), Swappiness: ptr.To[uint64](0)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,10 +2,8 @@ package hook
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 )
 
@@ -65,11 +64,23 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, in
 	if err != nil {
 		return total, 0, err
 	}
-	dir := filepath.Join(cfg.StateDir, state.ID)
-	if err := record(dir, req.ClaimUID, req.Share); err != nil {
+	dir, err := hookstate.Dir(cfg.StateDir, state.ID)
+	if err != nil {
+		return total, target.Version, err
+	}
+	// The container's record first: with it, the kubelet plugin can find
+	// the cgroup of every container that has a share.
+	c := hookstate.Container{ID: state.ID, CgroupVersion: target.Version, CgroupGroup: target.Group}
+	if r, ok := podevents.FromAnnotations(state.Annotations); ok {
+		c.Namespace, c.Pod, c.PodUID, c.Name = r.Namespace, r.Pod, r.PodUID, r.Container
+	}
+	if err := hookstate.WriteContainer(dir, c); err != nil {
 		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
-	if total, err = sum(dir); err != nil {
+	if err := hookstate.Record(dir, req.ClaimUID, req.Share); err != nil {
+		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
+	}
+	if total, _, err = hookstate.Sum(dir); err != nil {
 		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
 	return total, target.Version, cgroupswap.Apply(target, total)
@@ -77,8 +88,8 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, in
 
 // Cleanup removes the container's records (poststop).
 func Cleanup(cfg Config, state *specs.State) error {
-	if err := os.RemoveAll(filepath.Join(cfg.StateDir, state.ID)); err != nil {
-		return fmt.Errorf("container %s: remove hook state: %w", ContainerName(state), err)
+	if err := hookstate.Remove(cfg.StateDir, state.ID); err != nil {
+		return fmt.Errorf("container %s: %w", ContainerName(state), err)
 	}
 	return nil
 }
@@ -126,82 +137,4 @@ func bundleCgroupsPath(bundle string) (string, error) {
 		return "", fmt.Errorf("%s/config.json names no plain cgroups path", bundle)
 	}
 	return checkGroup(spec.Linux.CgroupsPath)
-}
-
-// record writes the claim's share atomically into the container's dir.
-func record(dir, claimUID string, share Share) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create hook state %s: %w", dir, err)
-	}
-	data, err := json.Marshal(share)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("record claim %s: %w", claimUID, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("record claim %s: %w", claimUID, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("record claim %s: %w", claimUID, err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, claimUID)); err != nil {
-		return fmt.Errorf("record claim %s: %w", claimUID, err)
-	}
-	return nil
-}
-
-// sum combines the container's recorded shares: limits add up; swap.high
-// adds up over the claims that set it, counting the others at their limit;
-// zswap is off if any claim turns it off; swappiness is the lowest asked.
-func sum(dir string) (cgroupswap.Settings, error) {
-	var total cgroupswap.Settings
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return total, fmt.Errorf("read hook state %s: %w", dir, err)
-	}
-	var high int64
-	anyHigh := false
-	for _, e := range entries {
-		if !uidPattern.MatchString(e.Name()) {
-			continue // temporary files
-		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return total, err
-		}
-		var s Share
-		if err := json.Unmarshal(data, &s); err != nil {
-			return total, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
-		}
-		if s.SwapLimit < 0 || s.SwapLimit > maxSwapBytes || total.SwapLimit > maxSwapBytes-s.SwapLimit {
-			return total, fmt.Errorf("hook state %s/%s: swap limit %d out of range", dir, e.Name(), s.SwapLimit)
-		}
-		total.SwapLimit += s.SwapLimit
-		if s.SwapHigh != nil {
-			anyHigh = true
-			high += *s.SwapHigh
-		} else {
-			high += s.SwapLimit
-		}
-		if s.Zswap != nil && (total.Zswap == nil || !*s.Zswap) {
-			v := *s.Zswap
-			total.Zswap = &v
-		}
-		if s.Swappiness != nil && (total.Swappiness == nil || *s.Swappiness < *total.Swappiness) {
-			v := *s.Swappiness
-			total.Swappiness = &v
-		}
-	}
-	if anyHigh {
-		total.SwapHigh = &high
-	}
-	return total, nil
 }

@@ -13,22 +13,18 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
 )
 
 const (
 	// MaxStateBytes bounds what is read from stdin.
 	MaxStateBytes = 1 << 20
-	maxSwapBytes  = int64(1) << 62
-)
-
-var (
-	uidPattern         = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	maxSwapBytes  = hookstate.MaxSwapBytes
 )
 
 // Config says where the hook finds the host's files.
@@ -42,15 +38,7 @@ type Config struct {
 type Request struct {
 	Cleanup  bool
 	ClaimUID string
-	Share    Share
-}
-
-// Share is what one claim contributes to a container.
-type Share struct {
-	SwapLimit  int64   `json:"swapLimit"`
-	SwapHigh   *int64  `json:"swapHigh,omitempty"`
-	Zswap      *bool   `json:"zswap,omitempty"`
-	Swappiness *uint64 `json:"swappiness,omitempty"`
+	Share    hookstate.Share
 }
 
 // ParseArgs parses the hook's arguments (without the program name).
@@ -105,7 +93,7 @@ func ParseArgs(args []string) (Config, Request, error) {
 	if fs.NArg() > 0 {
 		return cfg, req, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if !uidPattern.MatchString(req.ClaimUID) {
+	if !hookstate.UIDPattern.MatchString(req.ClaimUID) {
 		return cfg, req, fmt.Errorf("--claim-uid %q is not a Kubernetes UID", req.ClaimUID)
 	}
 	for name, p := range map[string]string{"--state-dir": cfg.StateDir, "--proc-root": cfg.ProcRoot, "--cgroup-root": cfg.CgroupRoot} {
@@ -174,7 +162,7 @@ func ParseState(r io.Reader) (*specs.State, error) {
 	if err := json.Unmarshal(data, &state); err != nil {
 		return nil, fmt.Errorf("decode OCI state from stdin: %w", err)
 	}
-	if !containerIDPattern.MatchString(state.ID) {
+	if !hookstate.ContainerIDPattern.MatchString(state.ID) {
 		return nil, fmt.Errorf("OCI state: container id %q is not a valid container ID", state.ID)
 	}
 	return &state, nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 )
 
@@ -279,7 +280,7 @@ func FuzzParseState(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !containerIDPattern.MatchString(state.ID) || strings.ContainsAny(state.ID, "/\x00") {
+		if !hookstate.ContainerIDPattern.MatchString(state.ID) || strings.ContainsAny(state.ID, "/\x00") {
 			t.Fatalf("accepted container id %q", state.ID)
 		}
 		_ = ContainerName(state)

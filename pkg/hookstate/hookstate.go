@@ -1,0 +1,273 @@
+// Package hookstate is the hook's record of a container on the node: which
+// dra.swap claims it has and what each contributes (one file per claim,
+// named by the claim's UID), and where its cgroup is and whose it is
+// (container.json). The hook writes it at createRuntime and removes it at
+// poststop; the kubelet plugin's verifier and NRI plugin read it to know
+// which containers must hold which limit.
+//
+// Layout under the state directory (a tmpfs, so a reboot clears it):
+//
+//	<state-dir>/<container-id>/<claim-uid>      a Share (JSON)
+//	<state-dir>/<container-id>/container.json   a Container (JSON)
+//	<state-dir>/.events/                        package podevents
+package hookstate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
+)
+
+const (
+	// ContainerFile holds a container's Container record.
+	ContainerFile = "container.json"
+	// MaxSwapBytes bounds a share and a sum.
+	MaxSwapBytes = int64(1) << 62
+
+	maxFileBytes = 64 << 10
+)
+
+var (
+	// UIDPattern matches a Kubernetes UID (a claim's, a pod's).
+	UIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	// ContainerIDPattern matches the container IDs that name directories.
+	ContainerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+)
+
+// Share is what one claim contributes to a container.
+type Share struct {
+	SwapLimit  int64   `json:"swapLimit"`
+	SwapHigh   *int64  `json:"swapHigh,omitempty"`
+	Zswap      *bool   `json:"zswap,omitempty"`
+	Swappiness *uint64 `json:"swappiness,omitempty"`
+}
+
+// Container says where a container's cgroup is and whose container it is.
+type Container struct {
+	// ID is the runtime's container ID (the directory's name).
+	ID string `json:"id"`
+	// CgroupVersion and CgroupGroup locate the container's memory cgroup
+	// (the group is its path within the hierarchy).
+	CgroupVersion int    `json:"cgroupVersion"`
+	CgroupGroup   string `json:"cgroupGroup"`
+	// Namespace, Pod, PodUID and Name identify it in Kubernetes; empty for
+	// a container the runtime did not create for a pod.
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	PodUID    string `json:"podUID,omitempty"`
+	Name      string `json:"name,omitempty"`
+}
+
+// String names the container for messages: namespace/pod/container, or
+// its ID.
+func (c Container) String() string {
+	if c.Pod != "" {
+		return c.Namespace + "/" + c.Pod + "/" + c.Name
+	}
+	return c.ID
+}
+
+// Target is the container's cgroup for package cgroupswap.
+func (c Container) Target(cgroupRoot string) cgroupswap.Target {
+	return cgroupswap.Target{Version: c.CgroupVersion, Root: cgroupRoot, Group: c.CgroupGroup, Container: c.String()}
+}
+
+// Dir is the container's directory.
+func Dir(stateDir, containerID string) (string, error) {
+	if !ContainerIDPattern.MatchString(containerID) {
+		return "", fmt.Errorf("container id %q is not a valid container ID", containerID)
+	}
+	return filepath.Join(stateDir, containerID), nil
+}
+
+// Record writes the claim's share atomically into the container's dir.
+func Record(dir, claimUID string, share Share) error {
+	if !UIDPattern.MatchString(claimUID) {
+		return fmt.Errorf("claim UID %q is not a Kubernetes UID", claimUID)
+	}
+	data, err := json.Marshal(share)
+	if err != nil {
+		return err
+	}
+	if err := write(dir, claimUID, data); err != nil {
+		return fmt.Errorf("record claim %s: %w", claimUID, err)
+	}
+	return nil
+}
+
+// WriteContainer writes the container's record atomically into its dir.
+func WriteContainer(dir string, c Container) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := write(dir, ContainerFile, data); err != nil {
+		return fmt.Errorf("record container %s: %w", c, err)
+	}
+	return nil
+}
+
+// ReadContainer reads the container's record from its dir.
+func ReadContainer(dir string) (Container, error) {
+	var c Container
+	data, err := readFile(filepath.Join(dir, ContainerFile))
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, fmt.Errorf("decode %s: %w", filepath.Join(dir, ContainerFile), err)
+	}
+	if c.ID != filepath.Base(dir) {
+		return c, fmt.Errorf("%s: container id %q does not match its directory", filepath.Join(dir, ContainerFile), c.ID)
+	}
+	if err := c.validate(); err != nil {
+		return c, fmt.Errorf("%s: %w", filepath.Join(dir, ContainerFile), err)
+	}
+	return c, nil
+}
+
+func (c Container) validate() error {
+	if !ContainerIDPattern.MatchString(c.ID) {
+		return fmt.Errorf("container id %q is not a valid container ID", c.ID)
+	}
+	if c.CgroupVersion != 1 && c.CgroupVersion != 2 {
+		return fmt.Errorf("container %s: cgroup version %d is neither 1 nor 2", c, c.CgroupVersion)
+	}
+	if !strings.HasPrefix(c.CgroupGroup, "/") || strings.Contains(c.CgroupGroup, "..") || strings.ContainsRune(c.CgroupGroup, 0) ||
+		filepath.Clean(c.CgroupGroup) != c.CgroupGroup {
+		return fmt.Errorf("container %s: cgroup path %q is not a clean absolute path within the hierarchy", c, c.CgroupGroup)
+	}
+	if c.PodUID != "" && !UIDPattern.MatchString(c.PodUID) {
+		return fmt.Errorf("container %s: pod UID %q is not a Kubernetes UID", c, c.PodUID)
+	}
+	return nil
+}
+
+// Sum combines the container's recorded shares: limits add up; swap.high
+// adds up over the claims that set it, counting the others at their limit;
+// zswap is off if any claim turns it off; swappiness is the lowest asked.
+// claims is how many shares there are.
+func Sum(dir string) (total cgroupswap.Settings, claims int, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return total, 0, fmt.Errorf("read hook state %s: %w", dir, err)
+	}
+	var high int64
+	anyHigh := false
+	for _, e := range entries {
+		if !UIDPattern.MatchString(e.Name()) {
+			continue // container.json, temporary files
+		}
+		data, err := readFile(filepath.Join(dir, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return total, claims, err
+		}
+		var s Share
+		if err := json.Unmarshal(data, &s); err != nil {
+			return total, claims, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
+		}
+		if s.SwapLimit < 0 || s.SwapLimit > MaxSwapBytes || total.SwapLimit > MaxSwapBytes-s.SwapLimit {
+			return total, claims, fmt.Errorf("hook state %s/%s: swap limit %d out of range", dir, e.Name(), s.SwapLimit)
+		}
+		claims++
+		total.SwapLimit += s.SwapLimit
+		if s.SwapHigh != nil {
+			anyHigh = true
+			high += *s.SwapHigh
+		} else {
+			high += s.SwapLimit
+		}
+		if s.Zswap != nil && (total.Zswap == nil || !*s.Zswap) {
+			v := *s.Zswap
+			total.Zswap = &v
+		}
+		if s.Swappiness != nil && (total.Swappiness == nil || *s.Swappiness < *total.Swappiness) {
+			v := *s.Swappiness
+			total.Swappiness = &v
+		}
+	}
+	if anyHigh {
+		total.SwapHigh = &high
+	}
+	return total, claims, nil
+}
+
+// List returns the IDs of the containers that have a directory under
+// stateDir.
+func List(stateDir string) ([]string, error) {
+	entries, err := os.ReadDir(stateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read hook state directory %s: %w", stateDir, err)
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && ContainerIDPattern.MatchString(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Remove deletes the container's directory.
+func Remove(stateDir, containerID string) error {
+	dir, err := Dir(stateDir, containerID)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove hook state of container %s: %w", containerID, err)
+	}
+	return nil
+}
+
+func write(dir, name string, data []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create hook state %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, name))
+}
+
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileBytes)
+	}
+	return data, nil
+}

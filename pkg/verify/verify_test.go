@@ -1,0 +1,235 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
+)
+
+const (
+	mi       = int64(1) << 20
+	group    = "/kubepods/burstable/pod1/ctr1"
+	claimA   = "aaaaaaaa-0000-4000-8000-000000000001"
+	claimB   = "bbbbbbbb-0000-4000-8000-000000000002"
+	podUID   = "cccccccc-0000-4000-8000-000000000003"
+	ctrID    = "0123456789abcdef"
+	otherCtr = "fedcba9876543210"
+)
+
+type report struct {
+	restored    bool
+	found, want int64
+	trigger     string
+	err         error
+}
+
+type fakeReporter struct{ reports []report }
+
+func (f *fakeReporter) Restored(_ context.Context, _ hookstate.Container, found, want int64, trigger string) {
+	f.reports = append(f.reports, report{restored: true, found: found, want: want, trigger: trigger})
+}
+
+func (f *fakeReporter) NotRestored(_ context.Context, _ hookstate.Container, found, want int64, trigger string, err error) {
+	f.reports = append(f.reports, report{found: found, want: want, trigger: trigger, err: err})
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// node is a hook state directory and a cgroup tree with one container.
+type node struct {
+	stateDir, cgroupRoot, file string
+	version                    int
+}
+
+func newNode(t *testing.T, version int, shares ...int64) node {
+	t.Helper()
+	n := node{stateDir: t.TempDir(), cgroupRoot: t.TempDir(), version: version}
+	switch version {
+	case 1:
+		dir := filepath.Join(n.cgroupRoot, "memory", group)
+		write(t, filepath.Join(dir, "memory.limit_in_bytes"), "134217728\n")
+		n.file = filepath.Join(dir, "memory.memsw.limit_in_bytes")
+	case 2:
+		write(t, filepath.Join(n.cgroupRoot, "cgroup.controllers"), "memory\n")
+		n.file = filepath.Join(n.cgroupRoot, group, "memory.swap.max")
+	}
+	dir := filepath.Join(n.stateDir, ctrID)
+	c := hookstate.Container{ID: ctrID, CgroupVersion: version, CgroupGroup: group, Namespace: "ns", Pod: "p", PodUID: podUID, Name: "worker"}
+	if err := hookstate.WriteContainer(dir, c); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range shares {
+		if err := hookstate.Record(dir, []string{claimA, claimB}[i], hookstate.Share{SwapLimit: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name        string
+		version     int
+		shares      []int64
+		cgroupValue string // what the cgroup file holds before the check
+		want        Outcome
+		wantFile    string
+		wantReport  *report
+	}{
+		{name: "v1 held", version: 1, shares: []int64{100 * mi}, cgroupValue: "239075328", want: Held, wantFile: "239075328"},
+		{name: "v1 after a resize: memsw equals the memory limit", version: 1, shares: []int64{100 * mi}, cgroupValue: "134217728",
+			want: Restored, wantFile: "239075328", wantReport: &report{restored: true, found: 0, want: 100 * mi, trigger: "test"}},
+		{name: "v1 two claims add up", version: 1, shares: []int64{100 * mi, 28 * mi}, cgroupValue: "134217728",
+			want: Restored, wantFile: "268435456", wantReport: &report{restored: true, found: 0, want: 128 * mi, trigger: "test"}},
+		{name: "v2 held", version: 2, shares: []int64{64 * mi}, cgroupValue: "67108864", want: Held, wantFile: "67108864"},
+		{name: "v2 rewritten by hand", version: 2, shares: []int64{64 * mi}, cgroupValue: "max",
+			want: Restored, wantFile: "67108864", wantReport: &report{restored: true, found: -1, want: 64 * mi, trigger: "test"}},
+		{name: "v2 kubelet's NoSwap value", version: 2, shares: []int64{64 * mi}, cgroupValue: "0",
+			want: Restored, wantFile: "67108864", wantReport: &report{restored: true, found: 0, want: 64 * mi, trigger: "test"}},
+		{name: "container record without a share yet", version: 2, cgroupValue: "0", want: Held, wantFile: "0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, tc.version, tc.shares...)
+			write(t, n.file, tc.cgroupValue+"\n")
+			rep := &fakeReporter{}
+			v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+			got, err := v.Check(context.Background(), ctrID, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("outcome %s, want %s", got, tc.want)
+			}
+			if f := read(t, n.file); f != tc.wantFile {
+				t.Errorf("%s = %s, want %s", filepath.Base(n.file), f, tc.wantFile)
+			}
+			switch {
+			case tc.wantReport == nil && len(rep.reports) > 0:
+				t.Errorf("reports %+v, want none", rep.reports)
+			case tc.wantReport != nil && (len(rep.reports) != 1 || rep.reports[0] != *tc.wantReport):
+				t.Errorf("reports %+v, want %+v", rep.reports, *tc.wantReport)
+			}
+		})
+	}
+}
+
+func TestCheckNotRestored(t *testing.T) {
+	// cgroup v1 refuses a container without a memory limit: the drift is
+	// reported with the reason, and the file is left alone.
+	n := newNode(t, 1, 100*mi)
+	write(t, filepath.Join(n.cgroupRoot, "memory", group, "memory.limit_in_bytes"), "9223372036854771712\n")
+	write(t, n.file, "9223372036854771712\n")
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+	got, err := v.Check(context.Background(), ctrID, "test")
+	if got != Failed || err == nil || !strings.Contains(err.Error(), "no memory limit") {
+		t.Fatalf("outcome %s, error %v; want failed naming the missing memory limit", got, err)
+	}
+	if len(rep.reports) != 1 || rep.reports[0].restored || rep.reports[0].err == nil || rep.reports[0].want != 100*mi {
+		t.Errorf("reports %+v, want one NotRestored with the error", rep.reports)
+	}
+}
+
+func TestCheckUnknownAndGone(t *testing.T) {
+	n := newNode(t, 2, 64*mi)
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+	// A container the hook never saw is not the driver's.
+	if got, err := v.Check(context.Background(), otherCtr, "test"); got != Held || err != nil {
+		t.Errorf("unknown container: %s, %v; want held", got, err)
+	}
+	// A path in a container ID never reaches the file system.
+	if got, err := v.Check(context.Background(), "../etc", "test"); got != Failed || err == nil {
+		t.Errorf("container id ../etc: %s, %v; want an error", got, err)
+	}
+	// No cgroup directory: the container is gone, nothing to report.
+	if got, err := v.Check(context.Background(), ctrID, "test"); got != Gone || err != nil {
+		t.Errorf("container without a cgroup: %s, %v; want gone", got, err)
+	}
+	if len(rep.reports) > 0 {
+		t.Errorf("reports %+v, want none", rep.reports)
+	}
+}
+
+func TestCheckMalformedRecord(t *testing.T) {
+	n := newNode(t, 2, 64*mi)
+	write(t, n.file, "0\n")
+	write(t, filepath.Join(n.stateDir, ctrID, claimB), "{not json")
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: &fakeReporter{}}
+	got, err := v.Check(context.Background(), ctrID, "test")
+	if got != Failed || err == nil || !strings.Contains(err.Error(), claimB) {
+		t.Errorf("malformed share: %s, %v; want an error naming the file", got, err)
+	}
+	if f := read(t, n.file); f != "0" {
+		t.Errorf("memory.swap.max = %s after a malformed record; want it untouched", f)
+	}
+}
+
+func TestCheckAllRemovesRecordsOfGoneContainers(t *testing.T) {
+	n := newNode(t, 2, 64*mi)
+	write(t, n.file, "max\n")
+	// A second container whose cgroup is gone and whose poststop never ran.
+	gone := hookstate.Container{ID: otherCtr, CgroupVersion: 2, CgroupGroup: "/kubepods/burstable/pod1/ctr2"}
+	goneDir := filepath.Join(n.stateDir, otherCtr)
+	if err := hookstate.WriteContainer(goneDir, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := hookstate.Record(goneDir, claimA, hookstate.Share{SwapLimit: mi}); err != nil {
+		t.Fatal(err)
+	}
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+
+	// Young records stay: the hook may be creating that container now.
+	sum, err := v.CheckAll(context.Background(), "test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != (Summary{Restored: 1}) {
+		t.Errorf("first pass %+v, want one restored", sum)
+	}
+	if _, err := os.Stat(goneDir); err != nil {
+		t.Errorf("young records of a gone container removed: %v", err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(goneDir, old, old); err != nil {
+		t.Fatal(err)
+	}
+	sum, err = v.CheckAll(context.Background(), "test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != (Summary{Held: 1, Removed: 1}) {
+		t.Errorf("second pass %+v, want one held, one removed", sum)
+	}
+	if _, err := os.Stat(goneDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("records of a gone container still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(n.stateDir, ctrID, hookstate.ContainerFile)); err != nil {
+		t.Errorf("records of a live container: %v", err)
+	}
+}
