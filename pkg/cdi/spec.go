@@ -6,10 +6,14 @@
 package cdi
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -65,6 +69,7 @@ type ClaimEdits struct {
 // Writer writes transient CDI specs for claims into one directory.
 type Writer struct {
 	cache        *cdiapi.Cache
+	specDir      string
 	hookPath     string
 	hookStateDir string
 }
@@ -83,7 +88,7 @@ func NewWriter(specDir, hookPath, hookStateDir string) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create CDI cache for %s: %w", specDir, err)
 	}
-	return &Writer{cache: cache, hookPath: hookPath, hookStateDir: hookStateDir}, nil
+	return &Writer{cache: cache, specDir: specDir, hookPath: hookPath, hookStateDir: hookStateDir}, nil
 }
 
 // SpecName is the transient spec name (without extension) of a claim.
@@ -192,4 +197,29 @@ func (w *Writer) Remove(claimUID string) error {
 		return fmt.Errorf("remove CDI spec of claim %s: %w", claimUID, err)
 	}
 	return nil
+}
+
+// Claims lists the UIDs of the claims that have a spec in the directory
+// (this driver's specs only; other files are left out).
+func (w *Writer) Claims() ([]string, error) {
+	entries, err := os.ReadDir(w.specDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list CDI specs in %s: %w", w.specDir, err)
+	}
+	prefix := strings.TrimSuffix(SpecName("x"), "x")
+	var uids []string
+	for _, e := range entries {
+		uid, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		uid, ok = strings.CutSuffix(uid, ".json")
+		if ok && uidPattern.MatchString(uid) {
+			uids = append(uids, uid)
+		}
+	}
+	return uids, nil
 }

@@ -39,6 +39,8 @@ const maxSwapBytes = int64(1) << 50
 type SpecWriter interface {
 	Write(edits cdi.ClaimEdits) (string, error)
 	Remove(claimUID string) error
+	// Claims lists the claims that have a spec.
+	Claims() ([]string, error)
 }
 
 // CheckpointStore is the checkpoint that the plugin instances on a node
@@ -89,6 +91,35 @@ type Manager struct {
 // NewManager returns a Manager.
 func NewManager(opts Options, specs SpecWriter, store CheckpointStore, pods PodGetter) *Manager {
 	return &Manager{opts: opts, specs: specs, store: store, pods: pods, decoder: v1alpha1.NewDecoder()}
+}
+
+// RemoveOrphanSpecs removes the CDI specs of claims the checkpoint does
+// not hold (left by a plugin killed between writing a spec and saving the
+// checkpoint, or by a checkpoint set aside as unusable) and returns their
+// claim UIDs. It holds the checkpoint's lock, so a prepare of another
+// plugin instance, which writes its spec and its entry under that lock,
+// is never caught in between.
+func (m *Manager) RemoveOrphanSpecs() ([]string, error) {
+	var removed []string
+	err := m.store.Update(func(cp *checkpoint.Checkpoint) error {
+		uids, err := m.specs.Claims()
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, uid := range uids {
+			if _, ok := cp.Claims[types.UID(uid)]; ok {
+				continue
+			}
+			if err := m.specs.Remove(uid); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, uid)
+		}
+		return errors.Join(errs...)
+	}, nil)
+	return removed, err
 }
 
 // Prepared reports the number of claims prepared on the node and the swap

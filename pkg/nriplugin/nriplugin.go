@@ -1,0 +1,295 @@
+// Package nriplugin guards containers' swap limits from inside the
+// container runtime through NRI (containerd 2.x and CRI-O serve it; on by
+// default in containerd 2). It runs in the kubelet plugin's process:
+//
+//   - CreateContainer: the CDI spec of each of the container's dra.swap
+//     claims has put the hook into the container's createRuntime hooks
+//     with the claim's bytes; their sum goes into the OCI spec itself
+//     (cgroup v2: linux.resources.unified["memory.swap.max"]; v1:
+//     linux.resources.memory.swap = memory limit + sum). runc, and systemd
+//     with the systemd cgroup driver, hold the right value from the start,
+//     so a `systemctl daemon-reload` re-applies ours and not the kubelet's.
+//     The hook still runs and writes the same value.
+//   - UpdateContainer (the kubelet's UpdateContainerResources: in-place
+//     resize, CPU manager): the update is corrected before the runtime
+//     applies it (v2: memory.swap.max; containerd drops a v1 memory.swap in
+//     an update, so on v1 the value is also set but does not hold).
+//   - PostUpdateContainer: the container is verified (package verify) and
+//     a drifted limit restored, which is what keeps v1 right after a resize.
+//   - Synchronize (on every connection): every container is verified.
+//
+// The hook's records say which containers need which limit; the plugin
+// keeps no state of its own. It decides nothing either: the numbers come
+// from the CDI hook arguments the prepare path wrote, parsed by the hook's
+// own parser.
+package nriplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"k8s.io/klog/v2"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/hook"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/verify"
+)
+
+// Name and Index register the plugin with the runtime.
+const (
+	Name  = "dra-swap"
+	Index = "50"
+)
+
+// Verifier checks a container, or all, against the hook's records.
+type Verifier interface {
+	Check(ctx context.Context, containerID, trigger string) (verify.Outcome, error)
+	CheckAll(ctx context.Context, trigger string, minAge time.Duration) (verify.Summary, error)
+}
+
+// Plugin is the NRI plugin.
+type Plugin struct {
+	// SocketPath is the runtime's NRI socket (api.DefaultSocketPath).
+	SocketPath string
+	// HookPath is the hook's path in the CDI specs: its createRuntime
+	// hooks carry the claims' bytes.
+	HookPath string
+	// StateDir is the hook state directory as this process sees it.
+	StateDir string
+	// CgroupVersion is the node's (1 or 2).
+	CgroupVersion int
+	Verifier      Verifier
+	// Retry is how long Run waits before connecting again (5s).
+	Retry time.Duration
+
+	connected atomic.Bool
+	status    atomic.Pointer[string]
+}
+
+// Connected reports whether the runtime has the plugin registered.
+func (p *Plugin) Connected() bool { return p.connected.Load() }
+
+// Status says in words whether NRI guards the limits, and if not why.
+func (p *Plugin) Status() string {
+	if s := p.status.Load(); s != nil {
+		return *s
+	}
+	return "not started"
+}
+
+func (p *Plugin) setStatus(connected bool, format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	p.status.Store(&s)
+	p.connected.Store(connected)
+}
+
+// Run connects to the runtime and serves it until ctx ends, connecting
+// again after the runtime restarts. Without a socket it waits for one:
+// the CDI hook still applies limits at create, the verifier still
+// restores them, only the runtime-side guard is missing.
+func (p *Plugin) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("nri")
+	ctx = klog.NewContext(ctx, logger)
+	retry := p.Retry
+	if retry <= 0 {
+		retry = 5 * time.Second
+	}
+	wasMissing := false
+	for ctx.Err() == nil {
+		if _, err := os.Stat(p.SocketPath); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				p.setStatus(false, "no NRI socket at %s: the runtime does not serve NRI (limits are set by the CDI hook at create and restored by the verifier)", p.SocketPath)
+				if !wasMissing {
+					logger.Info("No NRI socket; the runtime-side guard is off until it appears", "socket", p.SocketPath)
+				}
+				wasMissing = true
+			} else {
+				p.setStatus(false, "NRI socket %s: %v", p.SocketPath, err)
+			}
+		} else {
+			wasMissing = false
+			err := p.serve(ctx)
+			p.setStatus(false, "NRI connection to %s closed: %v; reconnecting", p.SocketPath, err)
+			if ctx.Err() == nil {
+				logger.Info("NRI connection closed; reconnecting", "socket", p.SocketPath, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(retry):
+		}
+	}
+}
+
+func (p *Plugin) serve(ctx context.Context) error {
+	closed := make(chan struct{})
+	s, err := stub.New(&handler{p: p}, stub.WithPluginName(Name), stub.WithPluginIdx(Index),
+		stub.WithSocketPath(p.SocketPath), stub.WithOnClose(func() { close(closed) }),
+		stub.WithLogger(logger{klog.FromContext(ctx)}))
+	if err != nil {
+		return fmt.Errorf("create NRI plugin: %w", err)
+	}
+	if err := s.Start(ctx); err != nil {
+		return fmt.Errorf("register with the runtime over %s: %w", p.SocketPath, err)
+	}
+	p.setStatus(true, "registered with the runtime over %s", p.SocketPath)
+	klog.FromContext(ctx).Info("NRI plugin registered", "socket", p.SocketPath, "runtimeNRIVersion", s.RuntimeNRIVersion())
+	select {
+	case <-ctx.Done():
+		s.Stop()
+		return ctx.Err()
+	case <-closed:
+		s.Stop()
+		return errors.New("the runtime closed the connection")
+	}
+}
+
+// handler implements the stub's event interfaces.
+type handler struct{ p *Plugin }
+
+func (h *handler) Synchronize(ctx context.Context, _ []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+	sum, err := h.p.Verifier.CheckAll(ctx, "nri-synchronize", time.Minute)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Verifying swap limits at NRI synchronization")
+	}
+	klog.FromContext(ctx).V(2).Info("Verified swap limits at NRI synchronization", "held", sum.Held, "restored", sum.Restored, "failed", sum.Failed)
+	return nil, nil
+}
+
+func (h *handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	adjust, total, err := CreateAdjustment(h.p.CgroupVersion, h.p.HookPath, ctr)
+	logger := klog.FromContext(ctx)
+	if err != nil {
+		// Not a reason to fail the container: the hook runs the same
+		// arguments through the same parser and reports on the pod.
+		logger.Error(err, "Cannot read the swap limit from the container's hooks", "pod", klog.KRef(pod.GetNamespace(), pod.GetName()), "container", ctr.GetName())
+		return nil, nil, nil
+	}
+	if adjust != nil {
+		logger.V(2).Info("Swap limit set in the container's spec", "pod", klog.KRef(pod.GetNamespace(), pod.GetName()), "container", ctr.GetName(), "swapBytes", total)
+	}
+	return adjust, nil, nil
+}
+
+func (h *handler) UpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	dir, err := hookstate.Dir(h.p.StateDir, ctr.GetId())
+	if err != nil {
+		return nil, nil
+	}
+	if _, err := hookstate.ReadContainer(dir); err != nil {
+		return nil, nil // not a swap container (or its hook has not run)
+	}
+	want, claims, err := hookstate.Sum(dir)
+	if err != nil || claims == 0 {
+		return nil, nil
+	}
+	return []*api.ContainerUpdate{UpdateFor(h.p.CgroupVersion, ctr.GetId(), want.SwapLimit, res)}, nil
+}
+
+func (h *handler) PostUpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	if _, err := h.p.Verifier.Check(ctx, ctr.GetId(), "update"); err != nil {
+		klog.FromContext(ctx).Error(err, "Verifying the swap limit after a container update", "containerID", ctr.GetId())
+	}
+	return nil
+}
+
+// SwapFromHooks sums the swap limits of the container's createRuntime
+// hooks that run hookPath (one per dra.swap claim). n is how many there
+// are.
+func SwapFromHooks(hookPath string, hooks *api.Hooks) (total int64, n int, err error) {
+	for _, h := range hooks.GetCreateRuntime() {
+		if h.GetPath() != hookPath {
+			continue
+		}
+		args := h.GetArgs()
+		if len(args) > 0 {
+			args = args[1:] // the program name
+		}
+		_, req, err := hook.ParseArgs(args)
+		if err != nil {
+			return 0, 0, fmt.Errorf("hook %s: %w", hookPath, err)
+		}
+		if req.Cleanup {
+			continue
+		}
+		if total > hookstate.MaxSwapBytes-req.Share.SwapLimit {
+			return 0, 0, fmt.Errorf("hook %s: swap limits overflow", hookPath)
+		}
+		total += req.Share.SwapLimit
+		n++
+	}
+	return total, n, nil
+}
+
+// CreateAdjustment is what the plugin changes in a new container's spec:
+// nothing for a container without dra.swap claims, else its swap limit.
+// On cgroup v1 the limit is memory+swap, so a container without a memory
+// limit gets nothing here (the hook refuses it with the reason).
+func CreateAdjustment(cgroupVersion int, hookPath string, ctr *api.Container) (*api.ContainerAdjustment, int64, error) {
+	total, n, err := SwapFromHooks(hookPath, ctr.GetHooks())
+	if err != nil || n == 0 {
+		return nil, 0, err
+	}
+	adjust := &api.ContainerAdjustment{}
+	switch cgroupVersion {
+	case 2:
+		adjust.AddLinuxUnified("memory.swap.max", strconv.FormatInt(total, 10))
+	case 1:
+		limit := memoryLimit(ctr.GetLinux().GetResources())
+		if limit <= 0 {
+			return nil, total, nil
+		}
+		adjust.SetLinuxMemorySwap(limit + total)
+	default:
+		return nil, total, fmt.Errorf("unknown cgroup version %d", cgroupVersion)
+	}
+	return adjust, total, nil
+}
+
+// UpdateFor corrects an update of a container whose swap limit is want.
+func UpdateFor(cgroupVersion int, containerID string, want int64, res *api.LinuxResources) *api.ContainerUpdate {
+	u := &api.ContainerUpdate{ContainerId: containerID}
+	// A failure here must not fail the kubelet's update (a resize): the
+	// verifier restores the limit after it.
+	u.SetIgnoreFailure()
+	switch cgroupVersion {
+	case 2:
+		u.AddLinuxUnified("memory.swap.max", strconv.FormatInt(want, 10))
+	case 1:
+		if limit := memoryLimit(res); limit > 0 {
+			u.SetLinuxMemorySwap(limit + want)
+		}
+	}
+	return u
+}
+
+func memoryLimit(res *api.LinuxResources) int64 {
+	if l := res.GetMemory().GetLimit(); l != nil {
+		return l.GetValue()
+	}
+	return 0
+}
+
+// logger routes the NRI stub's messages to the plugin's logger.
+type logger struct{ klog.Logger }
+
+func (l logger) Debugf(_ context.Context, format string, args ...any) {
+	l.V(4).Info(fmt.Sprintf(format, args...))
+}
+func (l logger) Infof(_ context.Context, format string, args ...any) {
+	l.V(2).Info(fmt.Sprintf(format, args...))
+}
+func (l logger) Warnf(_ context.Context, format string, args ...any) {
+	l.Info(fmt.Sprintf(format, args...), "severity", "warning")
+}
+func (l logger) Errorf(_ context.Context, format string, args ...any) {
+	l.Error(nil, fmt.Sprintf(format, args...))
+}
