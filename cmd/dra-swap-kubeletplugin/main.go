@@ -58,6 +58,8 @@ func run(args []string) error {
 	fs.StringVar(&o.defaultRequest, "default-request", "1Gi", "Swap granted to a claim whose request names no capacity; capped at the offer.")
 	fs.DurationVar(&o.cfg.RescanInterval, "rescan-interval", 5*time.Second, "How often the node's swap and kubelet configuration are rediscovered.")
 	fs.BoolVar(&o.cfg.AllowCriticalPods, "allow-critical-pods", false, "Let system-node-critical and system-cluster-critical pods use swap.")
+	fs.StringVar(&o.cfg.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "The container runtime's NRI socket: the plugin registers there to put swap limits into containers' OCI specs and correct the kubelet's container updates. Empty turns NRI off; a missing socket is waited for.")
+	fs.DurationVar(&o.cfg.VerifyInterval, "verify-interval", 10*time.Second, "How often every prepared container's swap limit is read back from its cgroup and restored if something rewrote it.")
 	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics, readiness (registered with the kubelet) at /readyz and liveness (the plugin runs) at /healthz; disabled when empty.")
 
 	if err := commandline.Parse(fs, args); err != nil {

@@ -25,6 +25,8 @@ kubeletPlugin:
   cdiDir: $CLUSTER_DIR/cdi
   hookDir: $CLUSTER_DIR/bin
   hookStateDir: $RUN/hook
+  nri:
+    socketPath: $NRI_SOCKET
   # The e2e suite adds and removes swap and waits for the new offer.
   rescanInterval: 2s
   logVerbosity: 4

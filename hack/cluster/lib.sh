@@ -46,6 +46,9 @@ PKI="$CLUSTER_DIR/pki"
 LOGS="$CLUSTER_DIR/logs"
 PIDS="$CLUSTER_DIR/pids"
 RUN="$CLUSTER_DIR/run"
+# containerd's NRI socket (NRI on, its default; NRI_DISABLE=1 turns it off
+# to run the driver with the CDI hook and the verifier alone).
+NRI_SOCKET="$RUN/nri/nri.sock"
 SOCK="$RUN/containerd.sock"
 # runc's state of our containers (containerd adds the namespace, k8s.io).
 RUNC_ROOT="$CLUSTER_DIR/runc"

@@ -179,6 +179,9 @@ state = "$CLUSTER_DIR/containerd/state"
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$CLUSTER_DIR/cni/net.d"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = $([ "${NRI_DISABLE:-0}" = 1 ] && echo true || echo false)
+  socket_path = "$NRI_SOCKET"
 [plugins."io.containerd.cri.v1.images"]
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "$REGISTRY/pause:3.10"

@@ -69,6 +69,8 @@ type Plugin struct {
 	Verifier      Verifier
 	// Retry is how long Run waits before connecting again (5s).
 	Retry time.Duration
+	// Changed, if set, is told when the registration comes or goes.
+	Changed func(connected bool)
 
 	connected atomic.Bool
 	status    atomic.Pointer[string]
@@ -88,7 +90,9 @@ func (p *Plugin) Status() string {
 func (p *Plugin) setStatus(connected bool, format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
 	p.status.Store(&s)
-	p.connected.Store(connected)
+	if p.connected.Swap(connected) != connected && p.Changed != nil {
+		p.Changed(connected)
+	}
 }
 
 // Run connects to the runtime and serves it until ctx ends, connecting

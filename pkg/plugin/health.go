@@ -22,6 +22,10 @@ type probes struct {
 	// registration reports the kubelet's answer to the plugin's
 	// registration; nil until the kubelet plugin helper has started.
 	registration atomic.Pointer[func() *registerapi.RegistrationStatus]
+	// nri, if set, says whether the NRI plugin guards the limits; /readyz
+	// prints it (it does not decide readiness: without NRI the CDI hook
+	// and the verifier still hold the limits).
+	nri func() string
 }
 
 func newProbes(main context.Context) *probes {
@@ -63,6 +67,12 @@ func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "the kubelet rejected the registration: "+status.Error, http.StatusServiceUnavailable)
 	default:
 		fmt.Fprintln(w, "ok")
+		fmt.Fprintln(w, "limits: set by the CDI hook at create, verified on an interval")
+		if p.nri != nil {
+			fmt.Fprintln(w, "nri: "+p.nri())
+		} else {
+			fmt.Fprintln(w, "nri: off (--nri-socket is empty)")
+		}
 	}
 }
 

@@ -22,6 +22,9 @@ type Metrics struct {
 	offered   *metrics.Gauge
 	total     *metrics.Gauge
 	used      *metrics.Gauge
+	restored  *metrics.CounterVec
+	failed    *metrics.CounterVec
+	nri       *metrics.Gauge
 }
 
 // NewMetrics creates and registers the plugin's metrics.
@@ -57,8 +60,20 @@ func NewMetrics() *Metrics {
 			Namespace: "dra_swap", Name: "node_swap_used_bytes",
 			Help: "Swap in use on the node.", StabilityLevel: metrics.ALPHA,
 		}),
+		restored: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: "dra_swap", Name: "limit_restored_total",
+			Help: "Container swap limits found different from their claims' sum (rewritten by the kubelet, systemd or a person) and restored, by what found them: update (after a container update, through NRI), interval, nri-synchronize, start-up.", StabilityLevel: metrics.ALPHA,
+		}, []string{"trigger"}),
+		failed: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: "dra_swap", Name: "limit_restore_failures_total",
+			Help: "Container swap limits found different from their claims' sum that could not be restored (the pod has a SwapLimitNotRestored event saying why).", StabilityLevel: metrics.ALPHA,
+		}, []string{"trigger"}),
+		nri: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "nri_connected",
+			Help: "1 while the plugin is registered with the container runtime over NRI (limits set in the OCI spec and updates corrected), 0 otherwise (the CDI hook and the verifier alone).", StabilityLevel: metrics.ALPHA,
+		}),
 	}
-	m.registry.MustRegister(m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used)
+	m.registry.MustRegister(m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri)
 	return m
 }
 
@@ -85,4 +100,12 @@ func (m *Metrics) setNode(offered, total, used int64) {
 	m.offered.Set(float64(offered))
 	m.total.Set(float64(total))
 	m.used.Set(float64(used))
+}
+
+func (m *Metrics) setNRI(connected bool) {
+	v := 0.0
+	if connected {
+		v = 1
+	}
+	m.nri.Set(v)
 }

@@ -25,9 +25,11 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/nriplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/prepare"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/verify"
 )
 
 // Config is the kubelet plugin's configuration (its command-line flags).
@@ -62,6 +64,12 @@ type Config struct {
 	// MetricsAddress serves /metrics and the probes /readyz and /healthz
 	// when not empty (host:port).
 	MetricsAddress string
+	// NRISocket is the container runtime's NRI socket as the plugin sees
+	// it; empty turns the NRI plugin off.
+	NRISocket string
+	// VerifyInterval is how often every prepared container's swap limit
+	// is read back and restored if something rewrote it.
+	VerifyInterval time.Duration
 }
 
 // Validate checks the configuration.
@@ -72,6 +80,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RescanInterval <= 0 {
 		errs = append(errs, fmt.Errorf("rescan interval %v must be positive", c.RescanInterval))
+	}
+	if c.VerifyInterval <= 0 {
+		errs = append(errs, fmt.Errorf("verify interval %v must be positive", c.VerifyInterval))
+	}
+	if c.NRISocket != "" && !filepath.IsAbs(c.NRISocket) {
+		errs = append(errs, fmt.Errorf("NRI socket %q must be an absolute path", c.NRISocket))
 	}
 	for name, p := range map[string]string{"CDI directory": c.CDIDir, "hook path": c.HookPath, "hook state directory": c.HookStateDir,
 		"plugin data directory": c.PluginDataDir, "registrar directory": c.RegistrarDir} {
@@ -149,6 +163,24 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		}
 		return f, err
 	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("start event recording: %w", err)
+	}
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)
+	verifier := &verify.Verifier{
+		StateDir:   cfg.HookStateDir,
+		CgroupRoot: filepath.Join(rootOf(cfg.Discovery), "sys", "fs", "cgroup"),
+		Reporter:   &limitReporter{node: cfg.NodeName, metrics: metrics, recorder: recorder},
+	}
+	var nri *nriplugin.Plugin
+	if cfg.NRISocket != "" {
+		nri = &nriplugin.Plugin{SocketPath: cfg.NRISocket, HookPath: cfg.HookPath, StateDir: cfg.HookStateDir,
+			CgroupVersion: facts.CgroupVersion, Verifier: verifier, Changed: metrics.setNRI}
+		probes.nri = nri.Status
+	}
+
 	manager := prepare.NewManager(prepare.Options{
 		DriverName: cfg.DriverName,
 		PoolName:   cfg.NodeName,
@@ -168,6 +200,19 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		logger.Error(err, "Cannot read the prepared claims for the metrics")
 	} else {
 		metrics.setPrepared(claims, swapBytes)
+	}
+
+	// Start-up sweep: specs no checkpoint entry owns, hook records of
+	// containers that are gone, limits that drifted while no plugin ran.
+	if removed, err := manager.RemoveOrphanSpecs(); err != nil {
+		logger.Error(err, "Removing CDI specs that no prepared claim owns")
+	} else if len(removed) > 0 {
+		logger.Info("Removed CDI specs that no prepared claim owns", "claims", removed)
+	}
+	if sum, err := verifier.CheckAll(ctx, "start-up", time.Minute); err != nil {
+		logger.Error(err, "Verifying swap limits at start-up", "held", sum.Held, "restored", sum.Restored, "failed", sum.Failed)
+	} else {
+		logger.Info("Verified swap limits at start-up", "held", sum.Held, "restored", sum.Restored, "removedRecords", sum.Removed)
 	}
 
 	opts := []kubeletplugin.Option{
@@ -195,20 +240,29 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	defer wg.Wait()
 	wg.Go(func() { publisher.Run(ctx, cfg.RescanInterval, trigger) })
 
-	// The hook's outcomes become events on the pods.
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
-	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-		return fmt.Errorf("start event recording: %w", err)
-	}
-	defer broadcaster.Shutdown()
-	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)}
+	// The hook's outcomes become events on the pods; the verifier and the
+	// NRI plugin keep the limits true from here on.
+	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder}
 	wg.Go(func() { emitter.Run(ctx, time.Second) })
-	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "cdiDir", cfg.CDIDir, "hook", cfg.HookPath)
+	wg.Go(func() { verifier.Run(ctx, cfg.VerifyInterval) })
+	if nri != nil {
+		wg.Go(func() { nri.Run(ctx) })
+	}
+	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "cdiDir", cfg.CDIDir, "hook", cfg.HookPath,
+		"nriSocket", cfg.NRISocket, "verifyInterval", cfg.VerifyInterval)
 	<-ctx.Done()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// rootOf is the host root the plugin reads under.
+func rootOf(o discovery.Options) string {
+	if o.Root == "" {
+		return "/"
+	}
+	return o.Root
 }
 
 // openCheckpoint checks the checkpoint at start-up, under its lock: an

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,6 +25,9 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
 )
 
+// Unreadable is the found value of a limit that could not be read.
+const Unreadable = math.MinInt64
+
 // Reporter is told about every drift.
 type Reporter interface {
 	// Restored: the container's limit read found bytes instead of the
@@ -31,7 +35,8 @@ type Reporter interface {
 	// made the verifier look ("interval", "update", "start-up", …).
 	Restored(ctx context.Context, c hookstate.Container, found, want int64, trigger string)
 	// NotRestored: the limit differs and writing it failed, or it still
-	// differs after writing.
+	// differs after writing, or it could not be read (found is
+	// Unreadable).
 	NotRestored(ctx context.Context, c hookstate.Container, found, want int64, trigger string, err error)
 }
 
@@ -101,7 +106,7 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string) (Outc
 		if v.gone(c) {
 			return Gone, nil
 		}
-		v.Reporter.NotRestored(ctx, c, -1, want.SwapLimit, trigger, err)
+		v.Reporter.NotRestored(ctx, c, Unreadable, want.SwapLimit, trigger, err)
 		return Failed, fmt.Errorf("container %s: read its swap limit: %w", c, err)
 	}
 	if found == want.SwapLimit {

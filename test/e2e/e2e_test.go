@@ -443,6 +443,18 @@ func TestPluginRestart(t *testing.T) {
 // cgroup tree, as the hook wrote it.
 func (c *env) hostSwapLimit(t *testing.T, p *corev1.Pod, container string) int64 {
 	t.Helper()
+	version, root, group := c.hostCgroup(t, p, container)
+	limit, err := cgroupswap.ReadLimit(version, root, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return limit
+}
+
+// hostCgroup finds a container's memory cgroup on the node: the cgroup
+// version, the mount root and the group within the hierarchy.
+func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version int, root, group string) {
+	t.Helper()
 	var id string
 	for _, s := range p.Status.ContainerStatuses {
 		if s.Name == container {
@@ -452,10 +464,10 @@ func (c *env) hostSwapLimit(t *testing.T, p *corev1.Pod, container string) int64
 	if id == "" {
 		t.Fatalf("container %s has no ID", container)
 	}
-	version := c.cgroupVersion(t)
+	version = c.cgroupVersion(t)
 	root, pattern := "/sys/fs/cgroup", "/sys/fs/cgroup/kubepods*/**/pod"+string(p.UID)+"/"+id
 	if version == 1 {
-		root, pattern = "/sys/fs/cgroup", "/sys/fs/cgroup/memory/kubepods*/*/pod"+string(p.UID)+"/"+id
+		pattern = "/sys/fs/cgroup/memory/kubepods*/*/pod" + string(p.UID) + "/" + id
 	}
 	matches, _ := filepath.Glob(pattern)
 	if len(matches) == 0 && version == 1 {
@@ -464,15 +476,11 @@ func (c *env) hostSwapLimit(t *testing.T, p *corev1.Pod, container string) int64
 	if len(matches) != 1 {
 		t.Fatalf("container %s cgroup: %d matches for %s", container, len(matches), pattern)
 	}
-	group := strings.TrimPrefix(matches[0], root)
+	group = strings.TrimPrefix(matches[0], root)
 	if version == 1 {
 		group = strings.TrimPrefix(group, "/memory")
 	}
-	limit, err := cgroupswap.ReadLimit(version, root, group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return limit
+	return version, root, group
 }
 
 // TestTopologyLabelsThroughDownwardAPI: the controller's binding webhook

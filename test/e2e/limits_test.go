@@ -1,0 +1,264 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
+)
+
+// TestLimitsHoldAfterResize: in-place resizes of a container with a swap
+// claim (memory up, memory down, CPU only). The kubelet's
+// UpdateContainerResources carries its own swap value; afterwards the
+// container's limit is the claim's again (v1: memsw = the new memory limit
+// + the claim), and the window in which it was not is measured by reading
+// the cgroup every millisecond. With NRI, v2 updates are corrected before
+// runc applies them (no window); on v1, where containerd drops a swap value
+// in an update, the plugin restores it right after the update
+// (PostUpdateContainer), counted with trigger "update" and reported in a
+// SwapLimitRestored event.
+func TestLimitsHoldAfterResize(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	ctx := context.Background()
+	const want = 100 * mi
+	c.swapTemplate(t, ns, "swap-100", "", want)
+	p := c.createPod(t, c.WorkloadPod(ns, "resized", map[string]string{"swap": "swap-100"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "128Mi", CPU: "100m", Hold: 1800}))
+	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
+	version, root, group := c.hostCgroup(t, p, "worker")
+	read := func() (int64, error) { return cgroupswap.ReadLimit(version, root, group) }
+	if got, err := read(); err != nil || got != want {
+		t.Fatalf("before any resize: host swap limit %d (%v), want %d", got, err, want)
+	}
+	updatesBefore := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="update"`)
+	failuresBefore := c.pluginCounter(t, "dra_swap_limit_restore_failures_total", "")
+
+	steps := []struct{ name, mem, cpu string }{
+		{"memory up", "192Mi", "100m"},
+		{"memory down", "128Mi", "100m"},
+		{"cpu only", "128Mi", "200m"},
+	}
+	drifted := 0
+	for _, s := range steps {
+		w := watchLimit(read, want)
+		patch := fmt.Sprintf(`{"spec":{"containers":[{"name":"worker","resources":{"requests":{"memory":%q,"cpu":%q},"limits":{"memory":%q,"cpu":%q}}}]}}`,
+			s.mem, s.cpu, s.mem, s.cpu)
+		if _, err := c.client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+			w.stop()
+			t.Fatalf("%s: resize: %v", s.name, err)
+		}
+		p = c.waitPod(t, ns, p.Name, s.name+" applied by the kubelet", podTimeout, resized(s.mem, s.cpu))
+		// The kubelet reports the resize once runc applied it; the
+		// limit is right again within the verifier's interval at most.
+		var got int64
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, cluster.Scaled(30*time.Second), true, func(context.Context) (bool, error) {
+			var err error
+			got, err = read()
+			return err == nil && got == want, nil
+		})
+		st := w.stop()
+		if err != nil {
+			t.Errorf("%s: host swap limit %d after the resize, want %d", s.name, got, want)
+		}
+		if st.wrongReads > 0 {
+			drifted++
+		}
+		t.Logf("%s to memory %s, cpu %s: limit wrong for %v in all (%d of %d reads; longest stretch %v, values seen %v)",
+			s.name, s.mem, s.cpu, st.wrong.Round(time.Microsecond), st.wrongReads, st.reads, st.longest.Round(time.Microsecond), st.values)
+	}
+	updates := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="update"`) - updatesBefore
+	failures := c.pluginCounter(t, "dra_swap_limit_restore_failures_total", "") - failuresBefore
+	t.Logf("cgroup v%d: %d of %d resizes left a window; restored after an update (NRI): %v; restore failures: %v", version, drifted, len(steps), updates, failures)
+	if failures != 0 {
+		t.Errorf("%v restore failures during the resizes", failures)
+	}
+	if version == 1 {
+		// containerd drops the swap value of an update on v1: every
+		// resize rewrites memsw, and the NRI plugin restores it.
+		if updates < float64(len(steps)) {
+			t.Errorf("restored after an update %v times, want at least %d (one per resize): the NRI path did not restore the limits", updates, len(steps))
+		}
+		c.waitEvent(t, p, corev1.EventTypeWarning, "SwapLimitRestored", "wrote 100Mi back")
+	}
+}
+
+// resized holds once the kubelet reports the container's resources as
+// mem and cpu and no resize is pending or in progress.
+func resized(mem, cpu string) func(*corev1.Pod) bool {
+	return func(p *corev1.Pod) bool {
+		for _, cond := range p.Status.Conditions {
+			if (cond.Type == corev1.PodResizePending || cond.Type == corev1.PodResizeInProgress) && cond.Status == corev1.ConditionTrue {
+				return false
+			}
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name != "worker" || s.Resources == nil {
+				continue
+			}
+			m, c := s.Resources.Limits[corev1.ResourceMemory], s.Resources.Limits[corev1.ResourceCPU]
+			return m.Cmp(resource.MustParse(mem)) == 0 && c.Cmp(resource.MustParse(cpu)) == 0
+		}
+		return false
+	}
+}
+
+// TestLimitRestoredAfterHandWrite: someone writes a container's swap file
+// on the node; the verifier finds it on its next pass, writes the claim's
+// value back, counts it and says so on the pod.
+func TestLimitRestoredAfterHandWrite(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	const want = 80 * mi
+	c.swapTemplate(t, ns, "swap-80", "", want)
+	p := c.runningClaimPod(t, ns, "hand-written", "swap-80", want)
+	version, root, group := c.hostCgroup(t, p, "worker")
+	before := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="interval"`)
+
+	file, value := root+group+"/memory.swap.max", "0"
+	if version == 1 {
+		// memsw = the memory limit: no swap at all.
+		file = root + "/memory" + group + "/memory.memsw.limit_in_bytes"
+		data, err := os.ReadFile(root + "/memory" + group + "/memory.limit_in_bytes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		value = strings.TrimSpace(string(data))
+	}
+	if err := os.WriteFile(file, []byte(value), 0); err != nil {
+		t.Fatalf("write %s: %v", file, err)
+	}
+	written := time.Now()
+	if got, _ := cgroupswap.ReadLimit(version, root, group); got != 0 {
+		t.Fatalf("after writing %s to %s the swap limit reads %d, want 0", value, file, got)
+	}
+	var got int64
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		var err error
+		got, err = cgroupswap.ReadLimit(version, root, group)
+		return err == nil && got == want, nil
+	})
+	if err != nil {
+		t.Fatalf("swap limit %d a minute after it was overwritten, want %d restored", got, want)
+	}
+	t.Logf("restored %v after the write", time.Since(written).Round(10*time.Millisecond))
+	c.waitEvent(t, p, corev1.EventTypeWarning, "SwapLimitRestored", "was 0 instead of 80Mi")
+	if n := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="interval"`) - before; n < 1 {
+		t.Errorf("dra_swap_limit_restored_total{trigger=\"interval\"} rose by %v, want at least 1", n)
+	}
+}
+
+// limitStats is what a limitWatcher saw.
+type limitStats struct {
+	reads, wrongReads int
+	wrong, longest    time.Duration
+	values            []int64
+}
+
+type limitWatcher struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+	st   limitStats
+}
+
+// watchLimit reads the limit every millisecond until stop and measures
+// how long it differed from want.
+func watchLimit(read func() (int64, error), want int64) *limitWatcher {
+	w := &limitWatcher{done: make(chan struct{})}
+	w.wg.Go(func() {
+		var since time.Time // start of the current wrong stretch
+		seen := map[int64]bool{}
+		for {
+			select {
+			case <-w.done:
+				if !since.IsZero() {
+					d := time.Since(since)
+					w.st.wrong += d
+					w.st.longest = max(w.st.longest, d)
+				}
+				return
+			case <-time.After(time.Millisecond):
+			}
+			v, err := read()
+			if err != nil {
+				continue
+			}
+			w.st.reads++
+			now := time.Now()
+			if v != want {
+				w.st.wrongReads++
+				if !seen[v] {
+					seen[v] = true
+					w.st.values = append(w.st.values, v)
+				}
+				if since.IsZero() {
+					since = now
+				}
+			} else if !since.IsZero() {
+				d := now.Sub(since)
+				w.st.wrong += d
+				w.st.longest = max(w.st.longest, d)
+				since = time.Time{}
+			}
+		}
+	})
+	return w
+}
+
+func (w *limitWatcher) stop() limitStats {
+	close(w.done)
+	w.wg.Wait()
+	return w.st
+}
+
+// pluginCounter sums the samples of a metric of the kubelet plugin whose
+// labels contain match, read from its metrics port over the pod network.
+func (c *env) pluginCounter(t *testing.T, name, match string) float64 {
+	t.Helper()
+	pod := c.waitPluginReady(t, func(*corev1.Pod) bool { return true })
+	port := int32(0)
+	for _, p := range pod.Spec.Containers[0].Ports {
+		if p.Name == "metrics" {
+			port = p.ContainerPort
+		}
+	}
+	url := fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, port)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	if err != nil {
+		t.Fatalf("scrape the kubelet plugin: %v", err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		if match != "" && !strings.Contains(line, match) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("%s: %q: %v", url, line, err)
+		}
+		sum += v
+	}
+	return sum
+}
