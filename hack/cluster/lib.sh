@@ -61,6 +61,8 @@ require_root() { [ "$(id -u)" = 0 ] || die "the local cluster runs a kubelet, co
 start() {
 	local name=$1; shift
 	mkdir -p "$LOGS" "$PIDS"
+	# The command line, for restart.sh.
+	printf '%s\0' "$@" > "$PIDS/$name.cmd"
 	# setsid: the component outlives the shell that started it.
 	setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
 	echo $! > "$PIDS/$name.pid"

@@ -106,7 +106,7 @@ func (p *Plugin) Run(ctx context.Context) {
 	if retry <= 0 {
 		retry = 5 * time.Second
 	}
-	wasMissing := false
+	wasMissing, lastErr := false, ""
 	for ctx.Err() == nil {
 		if _, err := os.Stat(p.SocketPath); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -120,10 +120,15 @@ func (p *Plugin) Run(ctx context.Context) {
 			}
 		} else {
 			wasMissing = false
-			err := p.serve(ctx)
-			p.setStatus(false, "NRI connection to %s closed: %v; reconnecting", p.SocketPath, err)
-			if ctx.Err() == nil {
-				logger.Info("NRI connection closed; reconnecting", "socket", p.SocketPath, "err", err)
+			registered, err := p.serve(ctx)
+			if registered {
+				lastErr = "" // a new failure after a registration is news
+			}
+			p.setStatus(false, "not registered with the runtime over %s: %v; retrying every %v", p.SocketPath, err, retry)
+			// Log a failure once, not on every retry.
+			if msg := err.Error(); ctx.Err() == nil && msg != lastErr {
+				logger.Info("Not registered with the runtime over NRI; retrying", "socket", p.SocketPath, "err", err, "retry", retry)
+				lastErr = msg
 			}
 		}
 		select {
@@ -133,26 +138,28 @@ func (p *Plugin) Run(ctx context.Context) {
 	}
 }
 
-func (p *Plugin) serve(ctx context.Context) error {
+// serve registers with the runtime and serves it until the connection or
+// ctx ends; registered says whether the registration succeeded.
+func (p *Plugin) serve(ctx context.Context) (registered bool, err error) {
 	closed := make(chan struct{})
 	s, err := stub.New(&handler{p: p}, stub.WithPluginName(Name), stub.WithPluginIdx(Index),
 		stub.WithSocketPath(p.SocketPath), stub.WithOnClose(func() { close(closed) }),
 		stub.WithLogger(logger{klog.FromContext(ctx)}))
 	if err != nil {
-		return fmt.Errorf("create NRI plugin: %w", err)
+		return false, fmt.Errorf("create NRI plugin: %w", err)
 	}
 	if err := s.Start(ctx); err != nil {
-		return fmt.Errorf("register with the runtime over %s: %w", p.SocketPath, err)
+		return false, fmt.Errorf("register with the runtime over %s: %w", p.SocketPath, err)
 	}
 	p.setStatus(true, "registered with the runtime over %s", p.SocketPath)
 	klog.FromContext(ctx).Info("NRI plugin registered", "socket", p.SocketPath, "runtimeNRIVersion", s.RuntimeNRIVersion())
 	select {
 	case <-ctx.Done():
 		s.Stop()
-		return ctx.Err()
+		return true, ctx.Err()
 	case <-closed:
 		s.Stop()
-		return errors.New("the runtime closed the connection")
+		return true, errors.New("the runtime closed the connection")
 	}
 }
 

@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
+)
+
+// TestKubeletAndRuntimeRestart: the kubelet, then containerd, restarted
+// while a claim pod runs: its limit is unchanged, a new claim pod gets its
+// limit, and after containerd's restart the plugin registers with its NRI
+// socket again.
+func TestKubeletAndRuntimeRestart(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	const want = 60 * mi
+	c.swapTemplate(t, ns, "swap-60", "", want)
+	running := c.runningClaimPod(t, ns, "through-restarts", "swap-60", want)
+	for _, component := range []string{"kubelet", "containerd"} {
+		t.Logf("%s", strings.TrimSpace(c.script(t, "restart.sh", component)))
+		if got := c.hostSwapLimit(t, running, "worker"); got != want {
+			t.Errorf("after the %s restart: running container's swap limit %d, want %d", component, got, want)
+		}
+		fresh := c.createPod(t, c.WorkloadPod(ns, "after-"+component+"-restart", map[string]string{"swap": "swap-60"},
+			ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
+		fresh = c.waitPod(t, ns, fresh.Name, "completion", podTimeout, finished)
+		if fresh.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("after the %s restart: new claim pod %s, reason %s", component, fresh.Status.Phase, terminatedReason(fresh, "worker"))
+			continue
+		}
+		assertSwapLimit(t, c.report(t, fresh, "worker", "START"), want)
+	}
+	if c.Env["NRI_DISABLE"] == "1" {
+		return
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		return c.pluginCounter(t, "dra_swap_nri_connected", "") == 1, nil
+	})
+	if err != nil {
+		t.Errorf("the plugin did not register with containerd's NRI socket again after containerd restarted")
+	}
+}
+
+// TestPluginKilledDuringBurst: the plugin is killed with SIGKILL while a
+// burst of claim pods is being prepared; the kubelet restarts its
+// container. Every pod ends Running with its exact limit, and once they
+// are deleted no CDI spec, checkpoint entry or hook record is left.
+func TestPluginKilledDuringBurst(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	ctx := context.Background()
+	n := 12
+	if c.cgroupVersion(t) == 2 && cluster.Scaled(time.Second) > time.Second {
+		n = 6 // the emulated node starts a pod in seconds, not milliseconds
+	}
+	var pods []*corev1.Pod
+	for i := range n {
+		mib := int64(20 + i)
+		tmpl := fmt.Sprintf("swap-%d", mib)
+		c.swapTemplate(t, ns, tmpl, "", mib*mi)
+		pods = append(pods, c.createPod(t, c.WorkloadPod(ns, fmt.Sprintf("burst-%d", i), map[string]string{"swap": tmpl},
+			ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 1800})))
+	}
+	// Kill as soon as the first claim is being prepared.
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, podTimeout, true, func(context.Context) (bool, error) {
+		data, _ := os.ReadFile(filepath.Join(c.dir, "kubelet", "plugins", "dra.swap", "checkpoint.json"))
+		return bytes.Contains(data, []byte(`"swapBytes"`)), nil
+	})
+	if err != nil {
+		t.Fatalf("no claim was prepared: %v", err)
+	}
+	killed := killPlugin(t)
+	t.Logf("killed the kubelet plugin (pids %v) with SIGKILL", killed)
+
+	var containers []string
+	var claims []string
+	for i, p := range pods {
+		p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
+		want := int64(20+i) * mi
+		if got := c.hostSwapLimit(t, p, "worker"); got != want {
+			t.Errorf("pod %s: swap limit %d, want %d", p.Name, got, want)
+		}
+		containers = append(containers, containerID(p, "worker"))
+		claims = append(claims, c.claimUID(t, p))
+	}
+	pods = nil
+	for i := range n {
+		if err := c.client.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("burst-%d", i), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, uid := range claims {
+		c.waitUnprepared(t, uid)
+	}
+	for _, id := range containers {
+		if _, err := os.Stat(filepath.Join(c.dir, "run", "hook", id)); err == nil {
+			t.Errorf("hook record of deleted container %s is still there", id)
+		}
+	}
+}
+
+// killPlugin sends SIGKILL to every kubelet plugin process on the node.
+func killPlugin(t *testing.T) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killed []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.HasPrefix(cmdline, []byte("/dra-swap-kubeletplugin\x00")) {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			killed = append(killed, pid)
+		}
+	}
+	if len(killed) == 0 {
+		t.Fatal("no kubelet plugin process found to kill")
+	}
+	return killed
+}
+
+func containerID(p *corev1.Pod, container string) string {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == container {
+			_, id, _ := strings.Cut(s.ContainerID, "://")
+			return id
+		}
+	}
+	return ""
+}
+
+// TestWithoutNRI: containerd restarted with NRI disabled. The CDI hook
+// still applies a claim's limit at create; what the user loses is the
+// correction of updates: after an in-place resize the kubelet's value
+// stands until the verifier's next pass (measured), which restores it
+// with trigger "interval".
+func TestWithoutNRI(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	cfgPath := filepath.Join(c.dir, "containerd.toml")
+	orig, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := []byte("[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = ")
+	i := bytes.Index(orig, section)
+	if i < 0 {
+		t.Fatalf("%s has no NRI section", cfgPath)
+	}
+	off := append(append(append([]byte{}, orig[:i+len(section)]...), "true"...), orig[bytes.IndexByte(orig[i+len(section):], '\n')+i+len(section):]...)
+	if err := os.WriteFile(cfgPath, off, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(cfgPath, orig, 0o644); err != nil {
+			t.Error(err)
+		}
+		c.script(t, "restart.sh", "containerd")
+		if c.Env["NRI_DISABLE"] != "1" {
+			_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+				return c.pluginCounter(t, "dra_swap_nri_connected", "") == 1, nil
+			})
+		}
+	})
+	// The socket file outlives the containerd that made it; the plugin
+	// finds no one listening.
+	c.script(t, "restart.sh", "containerd")
+	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		return c.pluginCounter(t, "dra_swap_nri_connected", "") == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("dra_swap_nri_connected is still 1 after containerd restarted without NRI")
+	}
+
+	const want = 100 * mi
+	c.swapTemplate(t, ns, "swap-100", "", want)
+	p := c.createPod(t, c.WorkloadPod(ns, "hook-only", map[string]string{"swap": "swap-100"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "128Mi", CPU: "100m", Hold: 1800}))
+	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
+	assertSwapLimit(t, c.report(t, p, "worker", "START"), want)
+	version, root, group := c.hostCgroup(t, p, "worker")
+	read := func() (int64, error) { return cgroupswap.ReadLimit(version, root, group) }
+	before := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="interval"`)
+	st := c.resizeAndWatch(t, p, "192Mi", "100m", read, want)
+	t.Logf("without NRI, memory resize to 192Mi on cgroup v%d: %s", version, st)
+	if version == 1 {
+		if st.wrongReads == 0 {
+			t.Errorf("without NRI the kubelet's update left memsw right on v1; want the kubelet's value until the verifier restores it")
+		}
+		if n := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="interval"`) - before; n < 1 {
+			t.Errorf("restored by the interval %v times, want at least 1", n)
+		}
+	}
+}
