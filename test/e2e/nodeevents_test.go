@@ -214,3 +214,138 @@ func TestWithoutNRI(t *testing.T) {
 		}
 	}
 }
+
+// TestChurn: hundreds of claim pods created and deleted, several at a
+// time. Every one had its exact limit (the workload reads its own cgroup),
+// afterwards no CDI spec, checkpoint entry or hook record is left, and the
+// plugin's RSS before and after is printed (and must not have grown by
+// more than a small allocator slack).
+func TestChurn(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	ctx := context.Background()
+	total, parallel := 300, 10
+	if c.cgroupVersion(t) == 2 && cluster.Scaled(time.Second) > time.Second {
+		// The emulated node starts a pod in seconds: 300 would take most
+		// of an hour there. The v1 leg runs the full 300.
+		total, parallel = 30, 5
+	}
+	const templates = 16
+	for i := range templates {
+		c.swapTemplate(t, ns, fmt.Sprintf("swap-%d", 16+i), "", int64(16+i)*mi)
+	}
+	pid := pluginPID(t)
+	rssBefore := rss(t, pid)
+	start := time.Now()
+	for wave := 0; wave*parallel < total; wave++ {
+		var names []string
+		for j := range parallel {
+			i := wave*parallel + j
+			if i >= total {
+				break
+			}
+			p := c.createPod(t, c.WorkloadPod(ns, fmt.Sprintf("churn-%d", i), map[string]string{"swap": fmt.Sprintf("swap-%d", 16+i%templates)},
+				ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
+			names = append(names, p.Name)
+		}
+		for k, name := range names {
+			i := wave*parallel + k
+			p := c.waitPod(t, ns, name, "completion", podTimeout, finished)
+			if p.Status.Phase != corev1.PodSucceeded {
+				t.Errorf("pod %s: %s, reason %s", name, p.Status.Phase, terminatedReason(p, "worker"))
+				continue
+			}
+			assertSwapLimit(t, c.report(t, p, "worker", "START"), int64(16+i%templates)*mi)
+		}
+		for _, name := range names {
+			if err := c.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if t.Failed() {
+			break
+		}
+	}
+	c.waitNoPods(t, ns)
+	t.Logf("%d claim pods, %d at a time, in %v", total, parallel, time.Since(start).Round(time.Second))
+	// Nothing of theirs is left on the node.
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, podTimeout, true, func(context.Context) (bool, error) {
+		return len(c.leftovers(t)) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("after the churn: %v", c.leftovers(t))
+	}
+	if after := pluginPID(t); after != pid {
+		t.Fatalf("the plugin restarted during the churn (pid %d, now %d)", pid, after)
+	}
+	rssAfter := rss(t, pid)
+	t.Logf("kubelet plugin RSS: %d KiB before, %d KiB after", rssBefore, rssAfter)
+	if rssAfter > rssBefore+8*1024 {
+		t.Errorf("the plugin's RSS grew from %d KiB to %d KiB over the churn", rssBefore, rssAfter)
+	}
+}
+
+// leftovers lists what prepared claims left on the node: CDI specs,
+// checkpoint entries and hook records.
+func (c *env) leftovers(t *testing.T) []string {
+	var left []string
+	specs, _ := filepath.Glob(filepath.Join(c.dir, "cdi", "dra.swap-swap_*.json"))
+	for _, s := range specs {
+		left = append(left, "spec "+filepath.Base(s))
+	}
+	data, err := os.ReadFile(filepath.Join(c.dir, "kubelet", "plugins", "dra.swap", "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(data, []byte(`"swapBytes"`)); n > 0 {
+		left = append(left, fmt.Sprintf("%d checkpoint entries", n))
+	}
+	records, _ := os.ReadDir(filepath.Join(c.dir, "run", "hook"))
+	for _, r := range records {
+		if r.IsDir() && !strings.HasPrefix(r.Name(), ".") {
+			left = append(left, "hook record "+r.Name())
+		}
+	}
+	return left
+}
+
+// pluginPID is the one kubelet plugin process on the node.
+func pluginPID(t *testing.T) int {
+	t.Helper()
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.HasPrefix(cmdline, []byte("/dra-swap-kubeletplugin\x00")) {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		t.Fatalf("want one kubelet plugin process, found %v", pids)
+	}
+	return pids[0]
+}
+
+// rss is a process's resident set size in KiB.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb
+		}
+	}
+	t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
+}
