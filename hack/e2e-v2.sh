@@ -41,7 +41,9 @@ cat > "$share/run.sh" <<'RUN'
 #!/bin/bash
 # Inside the guest: bring the node up from the shared scripts and run the suite.
 set -euo pipefail
-export NODE_IP=10.200.0.2 TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4
+# systemd is the guest's PID 1: the kubelet and containerd use the systemd cgroup
+# driver and run as systemd units (the v1 leg on the host keeps cgroupfs).
+export NODE_IP=10.200.0.2 TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 CGROUP_DRIVER=systemd
 echo "guest: $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), in $(cat /proc/self/cgroup)"
 cd /share/repo
 hack/cluster/up.sh

@@ -49,6 +49,15 @@ RUN="$CLUSTER_DIR/run"
 # containerd's NRI socket (NRI on, its default; NRI_DISABLE=1 turns it off
 # to run the driver with the CDI hook and the verifier alone).
 NRI_SOCKET="$RUN/nri/nri.sock"
+# The kubelet's and containerd's cgroup driver: cgroupfs (the v1 leg), or
+# systemd (the v2 guest, where systemd is PID 1; the kubelet and containerd
+# then run as systemd units).
+# A running cluster's env file says which one it was brought up with.
+if [ -z "${CGROUP_DRIVER:-}" ] && [ -f "$CLUSTER_DIR/env" ]; then
+	CGROUP_DRIVER=$(sed -n 's/^CGROUP_DRIVER=//p' "$CLUSTER_DIR/env")
+fi
+CGROUP_DRIVER="${CGROUP_DRIVER:-cgroupfs}"
+case "$CGROUP_DRIVER" in cgroupfs | systemd) ;; *) echo "CGROUP_DRIVER must be cgroupfs or systemd, not $CGROUP_DRIVER" >&2; exit 1 ;; esac
 SOCK="$RUN/containerd.sock"
 # runc's state of our containers (containerd adds the namespace, k8s.io).
 RUNC_ROOT="$CLUSTER_DIR/runc"
@@ -63,6 +72,18 @@ start() {
 	mkdir -p "$LOGS" "$PIDS"
 	# The command line, for restart.sh.
 	printf '%s\0' "$@" > "$PIDS/$name.cmd"
+	if [ "$CGROUP_DRIVER" = systemd ] && { [ "$name" = kubelet ] || [ "$name" = containerd ]; }; then
+		# With the systemd cgroup driver, the kubelet and containerd run
+		# as systemd units, as packages install them: containerd's with
+		# Delegate=yes and KillMode=process, so that its shims (and the
+		# containers) outlive a restart.
+		systemctl reset-failed "dra-swap-$name.service" 2>/dev/null || true
+		systemd-run --quiet --unit="dra-swap-$name" --collect --setenv=PATH="$PATH" \
+			-p Delegate=yes -p KillMode=process -p LimitNOFILE=1048576 -p LimitNPROC=infinity -p TasksMax=infinity \
+			-p StandardOutput=append:"$LOGS/$name.log" -p StandardError=append:"$LOGS/$name.log" "$@"
+		systemctl show -p MainPID --value "dra-swap-$name.service" > "$PIDS/$name.pid"
+		return
+	fi
 	# setsid: the component outlives the shell that started it.
 	setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
 	echo $! > "$PIDS/$name.pid"
@@ -241,7 +262,8 @@ teardown() {
 	findmnt -rn -o TARGET | grep "^$CLUSTER_DIR" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	teardown_network
 	# The kubelet's pod cgroups (cgroupfs driver: kubepods under the root of
-	# each hierarchy), now empty.
+	# each hierarchy; systemd driver: kubepods.slice), now empty.
+	if [ "$CGROUP_DRIVER" = systemd ]; then systemctl stop kubepods.slice 2>/dev/null || true; fi
 	local d
 	for d in /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods; do
 		if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi

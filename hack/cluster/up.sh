@@ -83,6 +83,7 @@ DRIVER_VERSION=$DRIVER_VERSION
 DRIVER_UPGRADE_VERSION=$DRIVER_UPGRADE_VERSION
 NRI_SOCKET=$NRI_SOCKET
 NRI_DISABLE=${NRI_DISABLE:-0}
+CGROUP_DRIVER=$CGROUP_DRIVER
 ENV
 
 # --- control plane
@@ -175,7 +176,7 @@ state = "$CLUSTER_DIR/containerd/state"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        SystemdCgroup = false
+        SystemdCgroup = $([ "$CGROUP_DRIVER" = systemd ] && echo true || echo false)
         BinaryName = "$(command -v runc)"
         Root = "$RUNC_ROOT"
   [plugins."io.containerd.cri.v1.runtime".cni]
@@ -199,7 +200,7 @@ log "kubelet"
 cat > "$CLUSTER_DIR/kubelet/config.yaml" <<KCFG
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-cgroupDriver: cgroupfs
+cgroupDriver: $CGROUP_DRIVER
 failCgroupV1: false
 failSwapOn: false
 memorySwap:

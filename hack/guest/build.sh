@@ -40,7 +40,7 @@ case $GUEST_DIR in /*) ;; *) GUEST_DIR=$REPO/$GUEST_DIR ;; esac
 SUITE=bookworm
 MIRROR=${GUEST_MIRROR:-http://deb.debian.org/debian}
 DISK_SIZE=${GUEST_DISK_SIZE:-8G}
-PACKAGES="runc,etcd-server,iproute2,ca-certificates,util-linux,mount,kmod,procps,busybox,containernetworking-plugins,openssl,curl,bash,coreutils,findutils,grep,sed,gawk,e2fsprogs,iptables"
+PACKAGES="systemd,systemd-sysv,dbus,runc,etcd-server,iproute2,ca-certificates,util-linux,mount,kmod,procps,busybox,containernetworking-plugins,openssl,curl,bash,coreutils,findutils,grep,sed,gawk,e2fsprogs,iptables"
 if [ -n "${GUEST_PACKAGES:-}" ]; then
 	PACKAGES="$PACKAGES,$(echo "$GUEST_PACKAGES" | tr -s ' ,' ',' | sed 's/^,//; s/,$//')"
 fi
@@ -117,7 +117,7 @@ key_inputs() {
 	echo "initramfs-modules: $INITRAMFS_MODULES"
 	echo "disk-size: $DISK_SIZE"
 	local f
-	for f in "$HERE"/*.sh "$HERE"/init "$HERE"/*-init; do
+	for f in "$HERE"/*.sh "$HERE"/init "$HERE"/*-init "$HERE"/*.service; do
 		if [ -f "$f" ]; then
 			echo "file: hack/guest/$(basename "$f") $(sha256sum <"$f" | cut -d' ' -f1)"
 		fi
@@ -267,7 +267,18 @@ HOSTS
 echo "nameserver 127.0.0.1" >"$root/etc/resolv.conf"
 : >"$root/etc/fstab"
 echo "${key:0:32}" >"$root/etc/machine-id"
-# No service manager in the guest: nothing is started but what run.sh starts.
+# systemd is PID 1 (as on production nodes, for the systemd cgroup driver);
+# it starts dbus (runc's systemd driver talks to systemd over it) and
+# dra-swap-guest.service, which runs hack/guest/init: the node's set-up,
+# /share/run.sh, power-off. Nothing else: no getty, no timers.
+install -m 0644 "$HERE/dra-swap-guest.service" "$root/etc/systemd/system/dra-swap-guest.service"
+mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
+ln -sfn /etc/systemd/system/dra-swap-guest.service "$root/etc/systemd/system/multi-user.target.wants/dra-swap-guest.service"
+ln -sfn /lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
+for unit in getty@tty1.service serial-getty@ttyS0.service getty.target apt-daily.timer apt-daily-upgrade.timer \
+	fstrim.timer e2scrub_all.timer e2scrub_reap.service systemd-timesyncd.service dpkg-db-backup.timer; do
+	ln -sfn /dev/null "$root/etc/systemd/system/$unit"
+done
 rm -f "$root"/var/cache/apt/archives/*.deb
 rm -rf "$root/var/lib/apt/lists/"*
 {

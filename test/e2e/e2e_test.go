@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -452,35 +453,39 @@ func (c *env) hostSwapLimit(t *testing.T, p *corev1.Pod, container string) int64
 }
 
 // hostCgroup finds a container's memory cgroup on the node: the cgroup
-// version, the mount root and the group within the hierarchy.
+// version, the mount root and the group within the hierarchy. It looks for
+// the container's directory by its ID: cgroupfs names it <id> under the
+// pod's directory, the systemd driver cri-containerd-<id>.scope under the
+// pod's slice.
 func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version int, root, group string) {
 	t.Helper()
-	var id string
-	for _, s := range p.Status.ContainerStatuses {
-		if s.Name == container {
-			_, id, _ = strings.Cut(s.ContainerID, "://")
-		}
-	}
+	id := containerID(p, container)
 	if id == "" {
 		t.Fatalf("container %s has no ID", container)
 	}
 	version = c.cgroupVersion(t)
-	root, pattern := "/sys/fs/cgroup", "/sys/fs/cgroup/kubepods*/**/pod"+string(p.UID)+"/"+id
+	root = "/sys/fs/cgroup"
+	hierarchy := root
 	if version == 1 {
-		pattern = "/sys/fs/cgroup/memory/kubepods*/*/pod" + string(p.UID) + "/" + id
+		hierarchy = filepath.Join(root, "memory")
 	}
-	matches, _ := filepath.Glob(pattern)
-	if len(matches) == 0 && version == 1 {
-		matches, _ = filepath.Glob("/sys/fs/cgroup/memory/kubepods*/pod" + string(p.UID) + "/" + id)
+	var matches []string
+	for _, top := range []string{"kubepods", "kubepods.slice"} {
+		_ = filepath.WalkDir(filepath.Join(hierarchy, top), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if name := d.Name(); name == id || name == "cri-containerd-"+id+".scope" {
+				matches = append(matches, path)
+				return filepath.SkipDir
+			}
+			return nil
+		})
 	}
 	if len(matches) != 1 {
-		t.Fatalf("container %s cgroup: %d matches for %s", container, len(matches), pattern)
+		t.Fatalf("container %s (%s) of pod %s: %d cgroups found under %s: %v", container, id, p.Name, len(matches), hierarchy, matches)
 	}
-	group = strings.TrimPrefix(matches[0], root)
-	if version == 1 {
-		group = strings.TrimPrefix(group, "/memory")
-	}
-	return version, root, group
+	return version, root, strings.TrimPrefix(matches[0], hierarchy)
 }
 
 // TestTopologyLabelsThroughDownwardAPI: the controller's binding webhook

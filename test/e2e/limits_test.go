@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,4 +277,54 @@ func (c *env) pluginCounter(t *testing.T, name, match string) float64 {
 		sum += v
 	}
 	return sum
+}
+
+// TestDaemonReload (systemd cgroup driver, the v2 leg): runc records a
+// container's resources as properties of its systemd scope, and `systemctl
+// daemon-reload` writes them back to the cgroup. The NRI plugin put the
+// claim's limit into the container's spec, so the scope's MemorySwapMax is
+// the claim's and the reload keeps it; were it the kubelet's, the verifier
+// would restore it (with an event).
+func TestDaemonReload(t *testing.T) {
+	c := loadCluster(t)
+	if c.Env["CGROUP_DRIVER"] != "systemd" {
+		t.Skip("the systemd cgroup driver runs on the v2 leg; this node uses " + c.Env["CGROUP_DRIVER"])
+	}
+	ns := c.namespace(t)
+	const want = 72 * mi
+	c.swapTemplate(t, ns, "swap-72", "", want)
+	p := c.runningClaimPod(t, ns, "reloaded", "swap-72", want)
+	version, root, group := c.hostCgroup(t, p, "worker")
+	read := func() (int64, error) { return cgroupswap.ReadLimit(version, root, group) }
+	scope := filepath.Base(group)
+	prop := func() string {
+		out, err := exec.Command("systemctl", "show", "-p", "MemorySwapMax", "--value", scope).CombinedOutput()
+		if err != nil {
+			t.Fatalf("systemctl show %s: %v\n%s", scope, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	t.Logf("scope %s: MemorySwapMax=%s before the reload", scope, prop())
+	before := c.pluginCounter(t, "dra_swap_limit_restored_total", "")
+	w := watchLimit(read, want)
+	if out, err := exec.Command("systemctl", "daemon-reload").CombinedOutput(); err != nil {
+		w.stop()
+		t.Fatalf("systemctl daemon-reload: %v\n%s", err, out)
+	}
+	// A reload re-applies every unit's cgroup properties at once; give
+	// the verifier a pass to see (and restore) anything it changed.
+	time.Sleep(cluster.Scaled(3 * time.Second))
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, cluster.Scaled(30*time.Second), true, func(context.Context) (bool, error) {
+		v, err := read()
+		return err == nil && v == want, nil
+	})
+	st := w.stop()
+	if err != nil {
+		t.Fatalf("memory.swap.max after daemon-reload is not %d (%s)", want, st)
+	}
+	restored := c.pluginCounter(t, "dra_swap_limit_restored_total", "") - before
+	t.Logf("after daemon-reload: MemorySwapMax=%s; %s; restored %v times", prop(), st, restored)
+	if c.Env["NRI_DISABLE"] != "1" && (st.wrongReads > 0 || prop() != strconv.FormatInt(want, 10)) {
+		t.Errorf("with NRI, systemd should hold the claim's limit (MemorySwapMax=%d) and the reload change nothing; MemorySwapMax=%s, %s", want, prop(), st)
+	}
 }
