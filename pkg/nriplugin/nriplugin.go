@@ -36,6 +36,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/hook"
@@ -71,6 +72,12 @@ type Plugin struct {
 	Retry time.Duration
 	// Changed, if set, is told when the registration comes or goes.
 	Changed func(connected bool)
+	// LockPath, if set, is a file that every plugin instance on the node
+	// locks (flock) before it registers: during a rolling update the old
+	// and the new instance run together, and two NRI plugins setting the
+	// same field of a container make the runtime fail its creation. The
+	// new instance registers once the old one is gone.
+	LockPath string
 
 	connected atomic.Bool
 	status    atomic.Pointer[string]
@@ -106,6 +113,13 @@ func (p *Plugin) Run(ctx context.Context) {
 	if retry <= 0 {
 		retry = 5 * time.Second
 	}
+	if p.LockPath != "" {
+		unlock, err := p.lock(ctx, retry)
+		if err != nil {
+			return // ctx ended
+		}
+		defer unlock()
+	}
 	wasMissing, lastErr := false, ""
 	for ctx.Err() == nil {
 		if _, err := os.Stat(p.SocketPath); err != nil {
@@ -136,6 +150,46 @@ func (p *Plugin) Run(ctx context.Context) {
 		case <-time.After(retry):
 		}
 	}
+}
+
+// lock takes LockPath's exclusive lock, trying every retry until it gets
+// it or ctx ends. The lock lasts as long as the process or until unlock.
+func (p *Plugin) lock(ctx context.Context, retry time.Duration) (unlock func(), err error) {
+	logger := klog.FromContext(ctx)
+	f, err := os.OpenFile(p.LockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	for err != nil {
+		p.setStatus(false, "cannot open the NRI lock %s: %v", p.LockPath, err)
+		logger.Error(err, "Cannot open the NRI lock; retrying", "path", p.LockPath)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(retry):
+		}
+		f, err = os.OpenFile(p.LockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	}
+	logged := false
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			p.setStatus(false, "cannot lock %s: %v", p.LockPath, err)
+		} else {
+			p.setStatus(false, "waiting for another plugin instance on this node to give up its NRI registration (%s)", p.LockPath)
+		}
+		if !logged {
+			logger.Info("Another plugin instance holds the NRI registration; waiting for it to stop", "lock", p.LockPath)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(retry):
+		}
+	}
+	return func() { f.Close() }, nil
 }
 
 // serve registers with the runtime and serves it until the connection or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,7 +46,8 @@ func (f *fakeVerifier) seen() ([]string, []string) {
 // TestWithTheRuntimeSide runs the plugin against NRI's own runtime side
 // (the package containerd embeds) over a real socket: it registers, is
 // synchronized, adjusts a new container, corrects an update and verifies
-// after it. (A runtime restart, which closes the connection, is an e2e
+// after it; a second instance waits for the first's lock and registers
+// once it stops. (A runtime restart, which closes the connection, is an e2e
 // scenario: the in-process runtime side does not close its plugins'
 // connections when stopped.)
 func TestWithTheRuntimeSide(t *testing.T) {
@@ -87,15 +89,23 @@ func TestWithTheRuntimeSide(t *testing.T) {
 	runtime := startRuntime()
 
 	ver := &fakeVerifier{}
-	p := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: ver, Retry: 50 * time.Millisecond}
+	lock := filepath.Join(dir, "nri.lock")
+	p := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: ver, Retry: 50 * time.Millisecond, LockPath: lock}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; runtime.Stop() })
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+		runtime.Stop()
+	})
 
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
 			t.Fatalf("waiting until %s: %v (status %q)", what, err, p.Status())
 		}
 	}
@@ -138,5 +148,31 @@ func TestWithTheRuntimeSide(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("the container is verified after the update", func() bool { checks, _ := ver.seen(); return len(checks) == 1 && checks[0] == "ctr/update" })
+
+	// A second instance (a rolling update) waits for the first's lock
+	// instead of registering beside it: two plugins setting the same
+	// field would fail every container's creation.
+	second := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: &fakeVerifier{}, Retry: 50 * time.Millisecond, LockPath: lock}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan struct{})
+	go func() { defer close(done2); second.Run(ctx2) }()
+	t.Cleanup(func() { cancel2(); <-done2 })
+	waitFor("the second instance waits for the lock", func() bool {
+		return strings.Contains(second.Status(), "waiting for another plugin instance")
+	})
+	if second.Connected() {
+		t.Fatal("the second instance registered while the first holds the lock")
+	}
+	cancel()
+	<-done
+	stopped = true
+	waitFor("the second instance registers once the first stopped", second.Connected)
+	created, err = runtime.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: container(128*mi, applyHook(uidA, "1048576"))})
+	if err != nil {
+		t.Fatalf("create with the second instance: %v", err)
+	}
+	if got := created.GetAdjust().GetLinux().GetResources().GetUnified()["memory.swap.max"]; got != "1048576" {
+		t.Errorf("create with the second instance: memory.swap.max %q, want 1048576", got)
+	}
 
 }

@@ -177,7 +177,8 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	var nri *nriplugin.Plugin
 	if cfg.NRISocket != "" {
 		nri = &nriplugin.Plugin{SocketPath: cfg.NRISocket, HookPath: cfg.HookPath, StateDir: cfg.HookStateDir,
-			CgroupVersion: facts.CgroupVersion, Verifier: verifier, Changed: metrics.setNRI}
+			CgroupVersion: facts.CgroupVersion, Verifier: verifier, Changed: metrics.setNRI,
+			LockPath: filepath.Join(cfg.PluginDataDir, "nri.lock")}
 		probes.nri = nri.Status
 	}
 
