@@ -75,11 +75,7 @@ func TestCreateAdjustment(t *testing.T) {
 			if got := res.GetUnified()["memory.swap.max"]; got != tc.wantUnified {
 				t.Errorf("unified memory.swap.max %q, want %q", got, tc.wantUnified)
 			}
-			var swap int64
-			if s := res.GetMemory().GetSwap(); s != nil {
-				swap = s.GetValue()
-			}
-			if swap != tc.wantSwap {
+			if swap := swapOf(res); swap != tc.wantSwap {
 				t.Errorf("memory.swap %d, want %d", swap, tc.wantSwap)
 			}
 			if l := res.GetMemory().GetLimit(); l != nil {
@@ -112,13 +108,17 @@ func TestUpdateFor(t *testing.T) {
 			if got := res.GetUnified()["memory.swap.max"]; got != tc.wantUnified {
 				t.Errorf("unified memory.swap.max %q, want %q", got, tc.wantUnified)
 			}
-			var swap int64
-			if s := res.GetMemory().GetSwap(); s != nil {
-				swap = s.GetValue()
-			}
-			if swap != tc.wantSwap {
+			if swap := swapOf(res); swap != tc.wantSwap {
 				t.Errorf("memory.swap %d, want %d", swap, tc.wantSwap)
 			}
 		})
 	}
+}
+
+// swapOf is the memory.swap a resource set names, 0 for none.
+func swapOf(res *api.LinuxResources) int64 {
+	if s := res.GetMemory().GetSwap(); s != nil {
+		return s.GetValue()
+	}
+	return 0
 }

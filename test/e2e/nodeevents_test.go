@@ -117,20 +117,8 @@ func TestPluginKilledDuringBurst(t *testing.T) {
 // killPlugin sends SIGKILL to every kubelet plugin process on the node.
 func killPlugin(t *testing.T) []int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var killed []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.HasPrefix(cmdline, []byte("/dra-swap-kubeletplugin\x00")) {
-			continue
-		}
+	for _, pid := range pluginPIDs(t) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 			killed = append(killed, pid)
 		}
@@ -139,6 +127,28 @@ func killPlugin(t *testing.T) []int {
 		t.Fatal("no kubelet plugin process found to kill")
 	}
 	return killed
+}
+
+// pluginPIDs lists the kubelet plugin processes on the node (the host's
+// view of the plugin container's process).
+func pluginPIDs(t *testing.T) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.HasPrefix(cmdline, []byte("/dra-swap-kubeletplugin\x00")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 func containerID(p *corev1.Pod, container string) string {
@@ -312,18 +322,7 @@ func (c *env) leftovers(t *testing.T) []string {
 // pluginPID is the one kubelet plugin process on the node.
 func pluginPID(t *testing.T) int {
 	t.Helper()
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.HasPrefix(cmdline, []byte("/dra-swap-kubeletplugin\x00")) {
-			pids = append(pids, pid)
-		}
-	}
+	pids := pluginPIDs(t)
 	if len(pids) != 1 {
 		t.Fatalf("want one kubelet plugin process, found %v", pids)
 	}
