@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -23,6 +24,13 @@ func TestPluginRestoresDriftedLimit(t *testing.T) {
 	ctx, client, h, cfg := runPlugin(t)
 	waitForSlice(t, ctx, client, "the device is published", capacityIs(2*gi))
 
+	// No controller-manager here: the ServiceAccount admission plugin needs
+	// the namespace's default ServiceAccount to exist before a pod.
+	if _, err := client.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	pod, err := client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "drifted"},
 		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "worker", Image: "registry.example/worker"}}},
