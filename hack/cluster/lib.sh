@@ -72,21 +72,72 @@ start() {
 	mkdir -p "$LOGS" "$PIDS"
 	# The command line, for restart.sh.
 	printf '%s\0' "$@" > "$PIDS/$name.cmd"
-	if [ "$CGROUP_DRIVER" = systemd ] && { [ "$name" = kubelet ] || [ "$name" = containerd ]; }; then
-		# With the systemd cgroup driver, the kubelet and containerd run
-		# as systemd units, as packages install them: containerd's with
-		# Delegate=yes and KillMode=process, so that its shims (and the
-		# containers) outlive a restart.
-		systemctl reset-failed "dra-swap-$name.service" 2>/dev/null || true
-		systemd-run --quiet --unit="dra-swap-$name" --collect --setenv=PATH="$PATH" \
-			-p Delegate=yes -p KillMode=process -p LimitNOFILE=1048576 -p LimitNPROC=infinity -p TasksMax=infinity \
-			-p StandardOutput=append:"$LOGS/$name.log" -p StandardError=append:"$LOGS/$name.log" "$@"
-		systemctl show -p MainPID --value "dra-swap-$name.service" > "$PIDS/$name.pid"
+	if as_unit "$name"; then
+		start_unit "$name" "$@"
 		return
 	fi
 	# setsid: the component outlives the shell that started it.
 	setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
 	echo $! > "$PIDS/$name.pid"
+}
+
+# as_unit NAME: whether NAME runs as a systemd unit: with the systemd cgroup
+# driver the kubelet and containerd do, as packages install them.
+as_unit() {
+	[ "$CGROUP_DRIVER" = systemd ] && { [ "$1" = kubelet ] || [ "$1" = containerd ]; }
+}
+
+unit_file() { echo "/run/systemd/system/dra-swap-$1.service"; }
+
+# start_unit NAME CMD...: runs CMD as the runtime unit dra-swap-NAME.service,
+# written as packages write containerd.service and kubelet.service:
+# Delegate=yes and KillMode=process, so that containerd's shims (and so the
+# containers) outlive a restart. A persistent unit, not a transient one
+# (systemd-run), so that `systemctl stop` and `start` work while the old
+# unit's left-over processes (the shims) still run, as on a real node. The
+# manager is reloaded only when the file changes: a daemon-reload is itself
+# one of the events under test.
+start_unit() {
+	local name=$1 arg quoted=() unit
+	shift
+	unit=$(unit_file "$name")
+	for arg in "$@"; do
+		# systemd's ExecStart quoting: \\ and \" inside double quotes; %
+		# and $ are specifiers and variables.
+		arg=${arg//\\/\\\\}
+		arg=${arg//\"/\\\"}
+		arg=${arg//%/%%}
+		arg=${arg//\$/\$\$}
+		quoted+=("\"$arg\"")
+	done
+	mkdir -p "$(dirname "$unit")"
+	cat > "$unit.tmp" <<EOF
+# Written by hack/cluster (dra-driver-swap's local cluster); removed by down.sh.
+[Unit]
+Description=dra-swap local cluster: $name
+
+[Service]
+ExecStart=${quoted[*]}
+Environment="PATH=$PATH"
+Delegate=yes
+KillMode=process
+Restart=no
+TimeoutStopSec=10
+LimitNOFILE=1048576
+LimitNPROC=infinity
+TasksMax=infinity
+StandardOutput=append:$LOGS/$name.log
+StandardError=append:$LOGS/$name.log
+EOF
+	if cmp -s "$unit.tmp" "$unit"; then
+		rm -f "$unit.tmp"
+	else
+		mv -f "$unit.tmp" "$unit"
+		systemctl daemon-reload
+	fi
+	systemctl reset-failed "dra-swap-$name.service" 2>/dev/null || true
+	systemctl start "dra-swap-$name.service"
+	systemctl show -p MainPID --value "dra-swap-$name.service" > "$PIDS/$name.pid"
 }
 
 # ours PID NAME: whether PID is alive and still the binary we started.
@@ -99,6 +150,13 @@ ours() {
 # stop NAME: stops the process of NAME's PID file (TERM, then KILL).
 stop() {
 	local name=$1 file="$PIDS/$1.pid" pid
+	if as_unit "$name" && [ -f "$(unit_file "$name")" ]; then
+		# SIGTERM to the main process (KillMode=process), SIGKILL after
+		# TimeoutStopSec, as `systemctl stop` on a real node.
+		systemctl stop "dra-swap-$name.service" 2>/dev/null || true
+		rm -f "$file"
+		return 0
+	fi
 	[ -f "$file" ] || return 0
 	pid=$(cat "$file")
 	if ours "$pid" "$name"; then
@@ -241,6 +299,14 @@ teardown() {
 		return 0
 	fi
 	for c in $COMPONENTS; do stop "$c"; done
+	# The kubelet's and containerd's unit files (systemd cgroup driver).
+	local u reload=0
+	for u in /run/systemd/system/dra-swap-*.service; do
+		[ -e "$u" ] || continue
+		rm -f "$u"
+		reload=1
+	done
+	if [ "$reload" = 1 ]; then systemctl daemon-reload 2>/dev/null || true; fi
 	# The shims of our containerd (and the sockets they listen on), then the
 	# containers they ran: pods outlive the kubelet and containerd.
 	local p sockets=""

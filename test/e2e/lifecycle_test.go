@@ -297,6 +297,7 @@ func (c *env) releaseObjects(t *testing.T) []chartObject {
 // specs and checkpoint of running claims stay on the node, where a
 // reinstall picks them up and unprepares them when their pods go.
 func TestUninstallAndReinstall(t *testing.T) {
+	hostLegOnly(t, "what helm uninstall removes and what a reinstall picks up do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	ctx := context.Background()
@@ -443,6 +444,7 @@ func TestPluginSlicesOwnNodeOnly(t *testing.T) {
 // labels the pod bound without the webhook, and invalid config is refused
 // with the reason.
 func TestControllerDown(t *testing.T) {
+	hostLegOnly(t, "webhooks, binding and the reconciler do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	ctx := context.Background()
@@ -504,4 +506,14 @@ func configClaim(ns, name, config string) *resourceapi.ResourceClaim {
 		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(config)}},
 	}}}
 	return cl
+}
+
+// hostLegOnly skips a control-plane test on the emulated node: it runs on
+// the host leg (make e2e), and on the emulated node it would only add
+// minutes to make test (README's leg table lists these tests).
+func hostLegOnly(t *testing.T, why string) {
+	t.Helper()
+	if cluster.Emulated() {
+		t.Skipf("runs on the host leg (make e2e) only: %s, and the emulated node takes minutes for it", why)
+	}
 }

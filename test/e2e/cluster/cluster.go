@@ -39,6 +39,10 @@ func Scaled(d time.Duration) time.Duration {
 	return d
 }
 
+// Emulated reports whether the node runs under software emulation (the
+// cgroup v2 leg), where a pod takes seconds to start, not milliseconds.
+func Emulated() bool { return Scaled(time.Second) > time.Second }
+
 // DefaultRegistry is the loopback registry hack/cluster/up.sh runs; the
 // cluster's env file names the one in use (REGISTRY).
 const DefaultRegistry = "127.0.0.1:25000"
