@@ -136,9 +136,12 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	// A new claim pod every second (every 4 s on the emulated node), at
-	// most 40 of them (10 on the emulated node, where a pod takes some 20 s
+	// most 40 of them (6 on the emulated node, where a pod takes some 20 s
 	// to start and more would only queue up behind each other).
-	maxProbes := int(40 * time.Second / cluster.Scaled(time.Second))
+	maxProbes := 40
+	if cluster.Emulated() {
+		maxProbes = 6
+	}
 	wg.Go(func() {
 		tick := time.NewTicker(cluster.Scaled(time.Second))
 		defer tick.Stop()

@@ -237,9 +237,9 @@ func TestChurn(t *testing.T) {
 	ctx := context.Background()
 	total, parallel := 300, 10
 	if cluster.Emulated() {
-		// The emulated node starts a pod in seconds: 300 would take most
+		// The emulated node starts a pod in some 10 s: 300 would take most
 		// of an hour there. The v1 leg runs the full 300.
-		total, parallel = 30, 5
+		total, parallel = 20, 5
 	}
 	const templates = 16
 	for i := range templates {
