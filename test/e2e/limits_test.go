@@ -36,6 +36,7 @@ import (
 // SwapLimitRestored event.
 func TestLimitsHoldAfterResize(t *testing.T) {
 	c := loadCluster(t)
+	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	const want = 100 * mi
 	c.swapTemplate(t, ns, "swap-100", "", want)
@@ -134,6 +135,7 @@ func resized(mem, cpu string) func(*corev1.Pod) bool {
 // value back, counts it and says so on the pod.
 func TestLimitRestoredAfterHandWrite(t *testing.T) {
 	c := loadCluster(t)
+	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	const want = 80 * mi
 	c.swapTemplate(t, ns, "swap-80", "", want)
@@ -246,23 +248,12 @@ func (w *limitWatcher) stop() limitStats {
 // labels contain match, read from its metrics port over the pod network.
 func (c *env) pluginCounter(t *testing.T, name, match string) float64 {
 	t.Helper()
-	pod := c.waitPluginReady(t, func(*corev1.Pod) bool { return true })
-	port := int32(0)
-	for _, p := range pod.Spec.Containers[0].Ports {
-		if p.Name == "metrics" {
-			port = p.ContainerPort
-		}
-	}
-	url := fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, port)
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	lines, url, err := c.scrapePlugin(t)
 	if err != nil {
-		t.Fatalf("scrape the kubelet plugin: %v", err)
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
 	var sum float64
-	s := bufio.NewScanner(resp.Body)
-	for s.Scan() {
-		line := s.Text()
+	for _, line := range lines {
 		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}
@@ -279,6 +270,50 @@ func (c *env) pluginCounter(t *testing.T, name, match string) float64 {
 	return sum
 }
 
+// scrapePlugin reads the kubelet plugin's metrics (the sample lines) from
+// its metrics port over the pod network.
+func (c *env) scrapePlugin(t *testing.T) (lines []string, url string, err error) {
+	t.Helper()
+	pod := c.waitPluginReady(t, func(*corev1.Pod) bool { return true })
+	port := int32(0)
+	for _, p := range pod.Spec.Containers[0].Ports {
+		if p.Name == "metrics" {
+			port = p.ContainerPort
+		}
+	}
+	url = fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, port)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	if err != nil {
+		return nil, url, fmt.Errorf("scrape the kubelet plugin: %w", err)
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		if line := s.Text(); line != "" && !strings.HasPrefix(line, "#") {
+			lines = append(lines, line)
+		}
+	}
+	return lines, url, s.Err()
+}
+
+// logLimitCounters logs the plugin's restore counters and its NRI state as
+// they stand after a scenario (a plugin restart starts them from zero).
+func (c *env) logLimitCounters(t *testing.T) {
+	t.Helper()
+	lines, _, err := c.scrapePlugin(t)
+	if err != nil {
+		t.Logf("plugin counters: %v", err)
+		return
+	}
+	var got []string
+	for _, line := range lines {
+		if strings.HasPrefix(line, "dra_swap_limit_restore") || strings.HasPrefix(line, "dra_swap_nri_connected") {
+			got = append(got, line)
+		}
+	}
+	t.Logf("plugin counters after %s: %s", t.Name(), strings.Join(got, "; "))
+}
+
 // TestDaemonReload (systemd cgroup driver, the v2 leg): runc records a
 // container's resources as properties of its systemd scope, and `systemctl
 // daemon-reload` writes them back to the cgroup. The NRI plugin put the
@@ -290,6 +325,7 @@ func TestDaemonReload(t *testing.T) {
 	if c.Env["CGROUP_DRIVER"] != "systemd" {
 		t.Skip("the systemd cgroup driver runs on the v2 leg; this node uses " + c.Env["CGROUP_DRIVER"])
 	}
+	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	const want = 72 * mi
 	c.swapTemplate(t, ns, "swap-72", "", want)

@@ -27,6 +27,7 @@ import (
 // socket again.
 func TestKubeletAndRuntimeRestart(t *testing.T) {
 	c := loadCluster(t)
+	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	const want = 60 * mi
 	c.swapTemplate(t, ns, "swap-60", "", want)
@@ -62,6 +63,7 @@ func TestKubeletAndRuntimeRestart(t *testing.T) {
 // are deleted no CDI spec, checkpoint entry or hook record is left.
 func TestPluginKilledDuringBurst(t *testing.T) {
 	c := loadCluster(t)
+	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	ctx := context.Background()
 	n := 12
@@ -168,6 +170,7 @@ func containerID(p *corev1.Pod, container string) string {
 // with trigger "interval".
 func TestWithoutNRI(t *testing.T) {
 	c := loadCluster(t)
+	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	cfgPath := filepath.Join(c.dir, "containerd.toml")
 	orig, err := os.ReadFile(cfgPath)
@@ -233,6 +236,7 @@ func TestWithoutNRI(t *testing.T) {
 // small allocator slack.
 func TestChurn(t *testing.T) {
 	c := loadCluster(t)
+	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	ctx := context.Background()
 	total, parallel := 300, 10
