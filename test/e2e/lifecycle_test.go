@@ -123,7 +123,13 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	oldClaim := c.claimUID(t, old)
 	plugin := c.pluginPods(t)[0]
 	t.Logf("plugin pod %s runs %s", plugin.Name, plugin.Spec.Containers[0].Image)
-	t.Cleanup(func() { c.driverScript(t, "upgrade", c.driverVersion()) })
+	if !cluster.Emulated() {
+		// Back to the release the suite installed (a downgrade, with
+		// the same code). The emulated node skips it: a second rollout
+		// there takes minutes, and the rest of the suite runs as well on
+		// the upgraded release (the same code under another tag).
+		t.Cleanup(func() { c.driverScript(t, "upgrade", c.driverVersion()) })
+	}
 
 	starts := c.watchStarts(t, ns)
 	var (
