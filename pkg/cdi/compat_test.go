@@ -24,9 +24,16 @@ import (
 // testdata/<release>-spec.json is a spec exactly as that release's writer
 // wrote it (JSON has no comments, so its provenance is recorded here):
 //
-//   - v0.1.0-spec.json: written by Writer.Write of release v0.1.0 for
-//     goldenEdits with hook path /opt/dra-swap/bin/dra-swap-hook and hook
-//     state directory /run/dra-swap/hook (the kubelet plugin's defaults).
+//   - v0.1.0-spec.json: written by Writer.Write of release v0.1.0 for a
+//     claim with every knob set (1Gi, swap high 858993459, zswap off,
+//     swappiness 10, DRA_SWAP_LIMIT_BYTES 1.5Gi) with hook path
+//     /opt/dra-swap/bin/dra-swap-hook and hook state directory
+//     /run/dra-swap/hook (the kubelet plugin's defaults); its one device
+//     is named after the claim.
+//   - v0.2.0-spec.json: written by Writer.Write of release v0.2.0 for
+//     goldenEdits, with the same paths: one device per allocation result,
+//     named <claim UID>-<result index>, granted to one pod with a pod
+//     budget, and an admin-access result.
 //
 // A released spec is never edited or removed. When the writer's output
 // changes, TestWriterOutputIsTheNewestGolden fails: add the new output as
@@ -36,18 +43,22 @@ const (
 	goldenUID       = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
 	goldenHookPath  = "/opt/dra-swap/bin/dra-swap-hook"
 	goldenStateDir  = "/run/dra-swap/hook"
-	newestGoldenVer = "v0.1.0"
+	goldenPodUID    = "3f2e1d0c-9b8a-4766-8554-433221100fed"
+	newestGoldenVer = "v0.2.0"
 )
 
-// goldenEdits is a claim with every knob set: swap limit, swap high,
-// zswap and swappiness.
+// goldenEdits is a claim with three results: one with every knob set
+// (swap limit, swap high, zswap and swappiness), one with a limit only,
+// one with admin access; granted to one pod, with that pod's budget.
 var goldenEdits = ClaimEdits{
-	ClaimUID:       goldenUID,
-	SwapLimitBytes: 1 << 30,
-	EnvBytes:       3 << 29,
-	SwapHighBytes:  ptr.To[int64](858993459),
-	Zswap:          ZswapOff,
-	Swappiness:     ptr.To[int64](10),
+	ClaimUID:          goldenUID,
+	PodUID:            goldenPodUID,
+	PodSwapLimitBytes: ptr.To[int64](3 << 29),
+	Devices: []DeviceEdits{
+		{ResultIndex: 0, SwapLimitBytes: 1 << 30, EnvBytes: 3 << 29, SwapHighBytes: ptr.To[int64](858993459), Zswap: ZswapOff, Swappiness: ptr.To[int64](10)},
+		{ResultIndex: 1, SwapLimitBytes: 1 << 29, EnvBytes: 1 << 29},
+		{ResultIndex: 2, AdminAccess: true},
+	},
 }
 
 // parsed is what the hook makes of one hook's arguments.
@@ -56,33 +67,62 @@ type parsed struct {
 	req hook.Request
 }
 
-// releasedSpecs are the released specs and what today's hook must make of
-// their createRuntime and poststop hooks.
-var releasedSpecs = []struct {
-	file    string
+var goldenConfig = hook.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", StateDir: goldenStateDir}
+
+// releasedDevice is one device of a released spec and what today's hook
+// must make of its createRuntime and poststop hooks.
+type releasedDevice struct {
+	name    string
 	env     string
 	apply   parsed
 	cleanup parsed
+}
+
+// releasedSpecs are the released specs.
+var releasedSpecs = []struct {
+	file    string
+	devices []releasedDevice
 }{
 	{
 		file: "v0.1.0-spec.json",
-		env:  "DRA_SWAP_LIMIT_BYTES=1610612736",
-		apply: parsed{
-			cfg: hook.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", StateDir: goldenStateDir},
-			req: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{
+		devices: []releasedDevice{{
+			name: goldenUID,
+			env:  "DRA_SWAP_LIMIT_BYTES=1610612736",
+			apply: parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: -1, Share: hookstate.Share{
 				SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10),
-			}},
-		},
-		cleanup: parsed{
-			cfg: hook.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", StateDir: goldenStateDir},
-			req: hook.Request{Cleanup: true, ClaimUID: goldenUID},
+			}}},
+			cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
+		}},
+	},
+	{
+		file: "v0.2.0-spec.json",
+		devices: []releasedDevice{
+			{
+				name: goldenUID + "-0",
+				env:  "DRA_SWAP_LIMIT_BYTES=1610612736",
+				apply: parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 0, PodUID: goldenPodUID, Share: hookstate.Share{
+					SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10), PodSwapLimit: ptr.To[int64](3 << 29),
+				}}},
+				cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
+			},
+			{
+				name: goldenUID + "-1",
+				env:  "DRA_SWAP_LIMIT_BYTES=536870912",
+				apply: parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 1, PodUID: goldenPodUID, Share: hookstate.Share{
+					SwapLimit: 1 << 29, PodSwapLimit: ptr.To[int64](3 << 29),
+				}}},
+				cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
+			},
+			{name: goldenUID + "-2", env: "DRA_SWAP_ADMIN_ACCESS=true"},
 		},
 	},
 }
 
 // inject reads the specs in dir with the CDI library, as a container
-// runtime does, and injects the device of claimUID into an OCI spec.
-func inject(t *testing.T, dir, claimUID string) *oci.Spec {
+// runtime does, and injects the named device of the claims' kind into an
+// OCI spec. A device with hooks must bring one createRuntime and one
+// poststop hook.
+func inject(t *testing.T, dir, device string) *oci.Spec {
 	t.Helper()
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
 	if err != nil {
@@ -92,10 +132,10 @@ func inject(t *testing.T, dir, claimUID string) *oci.Spec {
 		t.Fatalf("CDI library rejects the specs in %s: %v", dir, errs)
 	}
 	ociSpec := &oci.Spec{Process: &oci.Process{}}
-	if unresolved, err := cache.InjectDevices(ociSpec, DeviceID(claimUID)); err != nil {
+	if unresolved, err := cache.InjectDevices(ociSpec, Vendor+"/"+Class+"="+device); err != nil {
 		t.Fatalf("inject %v: %v", unresolved, err)
 	}
-	if ociSpec.Hooks == nil || len(ociSpec.Hooks.CreateRuntime) != 1 || len(ociSpec.Hooks.Poststop) != 1 {
+	if ociSpec.Hooks != nil && (len(ociSpec.Hooks.CreateRuntime) != 1 || len(ociSpec.Hooks.Poststop) != 1) {
 		t.Fatalf("hooks = %+v, want one createRuntime and one poststop hook", ociSpec.Hooks)
 	}
 	return ociSpec
@@ -128,15 +168,26 @@ func TestReleasedSpecsStillWork(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, SpecName(goldenUID)+".json"), data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			ociSpec := inject(t, dir, goldenUID)
-			if !reflect.DeepEqual(ociSpec.Process.Env, []string{rs.env}) {
-				t.Errorf("env = %q, want %q", ociSpec.Process.Env, rs.env)
-			}
-			if got := parseHook(t, ociSpec.Hooks.CreateRuntime[0]); !reflect.DeepEqual(got, rs.apply) {
-				t.Errorf("createRuntime hook parses as %s, want %s", show(got), show(rs.apply))
-			}
-			if got := parseHook(t, ociSpec.Hooks.Poststop[0]); !reflect.DeepEqual(got, rs.cleanup) {
-				t.Errorf("poststop hook parses as %s, want %s", show(got), show(rs.cleanup))
+			for _, d := range rs.devices {
+				ociSpec := inject(t, dir, d.name)
+				if !reflect.DeepEqual(ociSpec.Process.Env, []string{d.env}) {
+					t.Errorf("device %s: env = %q, want %q", d.name, ociSpec.Process.Env, d.env)
+				}
+				if d.apply.cfg == (hook.Config{}) {
+					if ociSpec.Hooks != nil {
+						t.Errorf("device %s: hooks %+v, want none", d.name, ociSpec.Hooks)
+					}
+					continue
+				}
+				if ociSpec.Hooks == nil {
+					t.Fatalf("device %s: no hooks", d.name)
+				}
+				if got := parseHook(t, ociSpec.Hooks.CreateRuntime[0]); !reflect.DeepEqual(got, d.apply) {
+					t.Errorf("device %s: createRuntime hook parses as %s, want %s", d.name, show(got), show(d.apply))
+				}
+				if got := parseHook(t, ociSpec.Hooks.Poststop[0]); !reflect.DeepEqual(got, d.cleanup) {
+					t.Errorf("device %s: poststop hook parses as %s, want %s", d.name, show(got), show(d.cleanup))
+				}
 			}
 		})
 	}
@@ -144,8 +195,9 @@ func TestReleasedSpecsStillWork(t *testing.T) {
 
 func show(p parsed) string {
 	s := p.req.Share
-	return fmt.Sprintf("{cleanup:%v claim:%s stateDir:%s procRoot:%s cgroupRoot:%s limit:%d high:%s zswap:%s swappiness:%s}",
-		p.req.Cleanup, p.req.ClaimUID, p.cfg.StateDir, p.cfg.ProcRoot, p.cfg.CgroupRoot, s.SwapLimit, deref(s.SwapHigh), deref(s.Zswap), deref(s.Swappiness))
+	return fmt.Sprintf("{cleanup:%v claim:%s result:%d pod:%s stateDir:%s procRoot:%s cgroupRoot:%s limit:%d high:%s zswap:%s swappiness:%s podLimit:%s}",
+		p.req.Cleanup, p.req.ClaimUID, p.req.ResultIndex, p.req.PodUID, p.cfg.StateDir, p.cfg.ProcRoot, p.cfg.CgroupRoot,
+		s.SwapLimit, deref(s.SwapHigh), deref(s.Zswap), deref(s.Swappiness), deref(s.PodSwapLimit))
 }
 
 func deref[T any](p *T) string {
@@ -164,8 +216,17 @@ func TestWriterOutputIsTheNewestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(goldenEdits); err != nil {
+	if err := w.Write(goldenEdits); err != nil {
 		t.Fatal(err)
+	}
+	if os.Getenv("UPDATE_GOLDEN") != "" {
+		data, err := os.ReadFile(filepath.Join(dir, SpecName(goldenUID)+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("testdata", newestGoldenVer+"-spec.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got, err := os.ReadFile(filepath.Join(dir, SpecName(goldenUID)+".json"))
 	if err != nil {
@@ -188,12 +249,16 @@ func TestWriterOutputParses(t *testing.T) {
 	tests := []struct {
 		name  string
 		edits ClaimEdits
-		want  hookstate.Share
+		want  hook.Request
 	}{
-		{name: "limit only", edits: ClaimEdits{ClaimUID: goldenUID, SwapLimitBytes: 5 << 20, EnvBytes: 5 << 20}, want: hookstate.Share{SwapLimit: 5 << 20}},
-		{name: "every knob", edits: goldenEdits, want: hookstate.Share{SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10)}},
-		{name: "zswap on, zero swappiness", edits: ClaimEdits{ClaimUID: goldenUID, SwapLimitBytes: 1, EnvBytes: 1, Zswap: ZswapOn, Swappiness: ptr.To[int64](0)},
-			want: hookstate.Share{SwapLimit: 1, Zswap: ptr.To(true), Swappiness: ptr.To[uint64](0)}},
+		{name: "limit only", edits: ClaimEdits{ClaimUID: goldenUID, Devices: []DeviceEdits{{ResultIndex: 0, SwapLimitBytes: 5 << 20, EnvBytes: 5 << 20}}},
+			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{SwapLimit: 5 << 20}}},
+		{name: "every knob", edits: ClaimEdits{ClaimUID: goldenUID, Devices: goldenEdits.Devices[:1]},
+			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10)}}},
+		{name: "zswap on, zero swappiness, pod and budget", edits: ClaimEdits{ClaimUID: goldenUID, PodUID: goldenPodUID, PodSwapLimitBytes: ptr.To[int64](7),
+			Devices: []DeviceEdits{{ResultIndex: 5, SwapLimitBytes: 1, EnvBytes: 1, Zswap: ZswapOn, Swappiness: ptr.To[int64](0)}}},
+			want: hook.Request{ClaimUID: goldenUID, ResultIndex: 5, PodUID: goldenPodUID,
+				Share: hookstate.Share{SwapLimit: 1, Zswap: ptr.To(true), Swappiness: ptr.To[uint64](0), PodSwapLimit: ptr.To[int64](7)}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,15 +267,15 @@ func TestWriterOutputParses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.Write(tc.edits); err != nil {
+			if err := w.Write(tc.edits); err != nil {
 				t.Fatal(err)
 			}
-			ociSpec := inject(t, dir, tc.edits.ClaimUID)
-			apply := parsed{cfg: hook.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", StateDir: goldenStateDir}, req: hook.Request{ClaimUID: goldenUID, Share: tc.want}}
+			ociSpec := inject(t, dir, DeviceName(tc.edits.ClaimUID, tc.edits.Devices[0].ResultIndex))
+			apply := parsed{cfg: goldenConfig, req: tc.want}
 			if got := parseHook(t, ociSpec.Hooks.CreateRuntime[0]); !reflect.DeepEqual(got, apply) {
 				t.Errorf("createRuntime hook parses as %s, want %s", show(got), show(apply))
 			}
-			cleanup := parsed{cfg: apply.cfg, req: hook.Request{Cleanup: true, ClaimUID: goldenUID}}
+			cleanup := parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}}
 			if got := parseHook(t, ociSpec.Hooks.Poststop[0]); !reflect.DeepEqual(got, cleanup) {
 				t.Errorf("poststop hook parses as %s, want %s", show(got), show(cleanup))
 			}

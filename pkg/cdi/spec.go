@@ -47,16 +47,43 @@ const (
 	ZswapOff       ZswapMode = "off"
 )
 
-// ClaimEdits is what one prepared claim does to each container it reaches.
+// EnvAdminAccess marks a container that uses a claim allocated with
+// admin access: such a claim is not charged and grants no swap.
+const EnvAdminAccess = "DRA_SWAP_ADMIN_ACCESS"
+
+// ClaimEdits is what one prepared claim does to the containers it reaches:
+// one CDI device per allocation result, so that a container referencing
+// one request of the claim gets that request's swap only.
 type ClaimEdits struct {
-	// ClaimUID names the spec and the CDI device.
+	// ClaimUID names the spec and, with each result's index, its devices.
 	ClaimUID string
-	// SwapLimitBytes is the swap this claim grants (its consumed
-	// capacity), applied by the hook. Several claims on one container add
+	// PodUID, if set, is the only pod the claim's swap is granted to: the
+	// hook refuses containers of any other pod (the scheduler charged the
+	// claim once).
+	PodUID string
+	// PodSwapLimitBytes, if set, is the swap budget of that pod (the sum
+	// of its claims), for pods whose containers share a claim.
+	PodSwapLimitBytes *int64
+	// Devices are the claim's results of this driver.
+	Devices []DeviceEdits
+}
+
+// DeviceEdits is what one allocation result does to each container it
+// reaches.
+type DeviceEdits struct {
+	// ResultIndex is the result's index in the claim's allocation; it
+	// names the CDI device and the hook's record of the share.
+	ResultIndex int
+	// AdminAccess: the result was allocated with admin access, which the
+	// scheduler does not charge: the device grants no swap and only sets
+	// EnvAdminAccess.
+	AdminAccess bool
+	// SwapLimitBytes is the swap this result grants (its consumed
+	// capacity), applied by the hook. Several shares on one container add
 	// up in the hook.
 	SwapLimitBytes int64
 	// EnvBytes is the value of DRA_SWAP_LIMIT_BYTES: the total swap limit
-	// of the containers the claim reaches.
+	// of the containers the result reaches.
 	EnvBytes int64
 	// SwapHighBytes, if set, becomes cgroup v2 memory.swap.high.
 	SwapHighBytes *int64
@@ -96,10 +123,39 @@ func SpecName(claimUID string) string {
 	return cdiapi.GenerateTransientSpecName(Vendor, Class, claimUID)
 }
 
-// DeviceID is the fully qualified CDI device ID of a claim, as returned to
-// the kubelet.
-func DeviceID(claimUID string) string {
-	return parser.QualifiedName(Vendor, Class, claimUID)
+// DeviceName is the CDI device name of one allocation result of a claim.
+// Release v0.1.0 named a claim's only device after the claim's UID.
+func DeviceName(claimUID string, resultIndex int) string {
+	return fmt.Sprintf("%s-%d", claimUID, resultIndex)
+}
+
+// DeviceID is the fully qualified CDI device ID of one allocation result
+// of a claim, as returned to the kubelet.
+func DeviceID(claimUID string, resultIndex int) string {
+	return parser.QualifiedName(Vendor, Class, DeviceName(claimUID, resultIndex))
+}
+
+// ParseDeviceID reads a device ID of this driver back into the claim's
+// UID and the result's index (-1 for a release v0.1.0 ID, which named the
+// claim's only device after the claim).
+func ParseDeviceID(id string) (claimUID string, resultIndex int, ok bool) {
+	vendor, class, name, err := parser.ParseQualifiedName(id)
+	if err != nil || vendor != Vendor || class != Class {
+		return "", 0, false
+	}
+	if uidPattern.MatchString(name) {
+		return name, -1, true
+	}
+	i := strings.LastIndex(name, "-")
+	if i < 0 {
+		return "", 0, false
+	}
+	uid, index := name[:i], name[i+1:]
+	n, err := strconv.Atoi(index)
+	if !uidPattern.MatchString(uid) || err != nil || n < 0 || n > maxResultIndex || strconv.Itoa(n) != index {
+		return "", 0, false
+	}
+	return uid, n, true
 }
 
 // Spec builds the CDI spec of one claim. It is a pure function: the same
@@ -109,18 +165,21 @@ func (w *Writer) Spec(edits ClaimEdits) (*cdispec.Spec, error) {
 		return nil, err
 	}
 	timeout := HookTimeoutSeconds
-	spec := &cdispec.Spec{
-		Kind: Vendor + "/" + Class,
-		Devices: []cdispec.Device{{
-			Name: edits.ClaimUID,
-			ContainerEdits: cdispec.ContainerEdits{
-				Env: []string{EnvSwapLimit + "=" + strconv.FormatInt(edits.EnvBytes, 10)},
+	spec := &cdispec.Spec{Kind: Vendor + "/" + Class}
+	for _, d := range edits.Devices {
+		device := cdispec.Device{Name: DeviceName(edits.ClaimUID, d.ResultIndex)}
+		if d.AdminAccess {
+			device.ContainerEdits.Env = []string{EnvAdminAccess + "=true"}
+		} else {
+			device.ContainerEdits = cdispec.ContainerEdits{
+				Env: []string{EnvSwapLimit + "=" + strconv.FormatInt(d.EnvBytes, 10)},
 				Hooks: []*cdispec.Hook{
-					{HookName: cdiapi.CreateRuntimeHook, Path: w.hookPath, Args: w.applyArgs(edits), Timeout: &timeout},
+					{HookName: cdiapi.CreateRuntimeHook, Path: w.hookPath, Args: w.applyArgs(edits, d), Timeout: &timeout},
 					{HookName: cdiapi.PoststopHook, Path: w.hookPath, Args: w.cleanupArgs(edits), Timeout: &timeout},
 				},
-			},
-		}},
+			}
+		}
+		spec.Devices = append(spec.Devices, device)
 	}
 	version, err := cdiapi.MinimumRequiredVersion(spec)
 	if err != nil {
@@ -130,21 +189,28 @@ func (w *Writer) Spec(edits ClaimEdits) (*cdispec.Spec, error) {
 	return spec, nil
 }
 
-func (w *Writer) applyArgs(e ClaimEdits) []string {
+func (w *Writer) applyArgs(e ClaimEdits, d DeviceEdits) []string {
 	args := []string{
 		filepath.Base(w.hookPath),
-		"--swap-limit=" + strconv.FormatInt(e.SwapLimitBytes, 10),
+		"--swap-limit=" + strconv.FormatInt(d.SwapLimitBytes, 10),
 		"--claim-uid=" + e.ClaimUID,
 		"--state-dir=" + w.hookStateDir,
 	}
-	if e.SwapHighBytes != nil {
-		args = append(args, "--swap-high="+strconv.FormatInt(*e.SwapHighBytes, 10))
+	if d.SwapHighBytes != nil {
+		args = append(args, "--swap-high="+strconv.FormatInt(*d.SwapHighBytes, 10))
 	}
-	if e.Zswap != ZswapUnchanged {
-		args = append(args, "--zswap="+string(e.Zswap))
+	if d.Zswap != ZswapUnchanged {
+		args = append(args, "--zswap="+string(d.Zswap))
 	}
-	if e.Swappiness != nil {
-		args = append(args, "--swappiness="+strconv.FormatInt(*e.Swappiness, 10))
+	if d.Swappiness != nil {
+		args = append(args, "--swappiness="+strconv.FormatInt(*d.Swappiness, 10))
+	}
+	args = append(args, "--result-index="+strconv.Itoa(d.ResultIndex))
+	if e.PodUID != "" {
+		args = append(args, "--pod-uid="+e.PodUID)
+	}
+	if e.PodSwapLimitBytes != nil {
+		args = append(args, "--pod-swap-limit="+strconv.FormatInt(*e.PodSwapLimitBytes, 10))
 	}
 	return args
 }
@@ -153,38 +219,79 @@ func (w *Writer) cleanupArgs(e ClaimEdits) []string {
 	return []string{filepath.Base(w.hookPath), "--cleanup", "--claim-uid=" + e.ClaimUID, "--state-dir=" + w.hookStateDir}
 }
 
+// maxResultIndex bounds a result's index (the API allows 32 results).
+const maxResultIndex = 9999
+
 func (e ClaimEdits) validate() error {
 	if !uidPattern.MatchString(e.ClaimUID) {
 		return fmt.Errorf("claim UID %q is not a Kubernetes UID", e.ClaimUID)
 	}
-	if e.SwapLimitBytes < 0 || e.EnvBytes < 0 {
-		return fmt.Errorf("claim %s: negative swap limit (%d, env %d)", e.ClaimUID, e.SwapLimitBytes, e.EnvBytes)
+	if e.PodUID != "" && !uidPattern.MatchString(e.PodUID) {
+		return fmt.Errorf("claim %s: pod UID %q is not a Kubernetes UID", e.ClaimUID, e.PodUID)
 	}
-	if e.SwapHighBytes != nil && (*e.SwapHighBytes < 0 || *e.SwapHighBytes > e.SwapLimitBytes) {
-		return fmt.Errorf("claim %s: swap high %d outside 0..%d", e.ClaimUID, *e.SwapHighBytes, e.SwapLimitBytes)
+	if e.PodSwapLimitBytes != nil && *e.PodSwapLimitBytes < 0 {
+		return fmt.Errorf("claim %s: negative pod swap limit %d", e.ClaimUID, *e.PodSwapLimitBytes)
 	}
-	switch e.Zswap {
-	case ZswapUnchanged, ZswapOn, ZswapOff:
-	default:
-		return fmt.Errorf("claim %s: zswap mode %q", e.ClaimUID, e.Zswap)
+	if len(e.Devices) == 0 {
+		return fmt.Errorf("claim %s: no devices", e.ClaimUID)
 	}
-	if e.Swappiness != nil && (*e.Swappiness < 0 || *e.Swappiness > 100) {
-		return fmt.Errorf("claim %s: swappiness %d outside 0..100", e.ClaimUID, *e.Swappiness)
+	seen := map[int]bool{}
+	for _, d := range e.Devices {
+		if d.ResultIndex < 0 || d.ResultIndex > maxResultIndex || seen[d.ResultIndex] {
+			return fmt.Errorf("claim %s: result index %d is negative, too large or repeated", e.ClaimUID, d.ResultIndex)
+		}
+		seen[d.ResultIndex] = true
+		if err := d.validate(); err != nil {
+			return fmt.Errorf("claim %s, result %d: %w", e.ClaimUID, d.ResultIndex, err)
+		}
 	}
 	return nil
 }
 
-// Write atomically writes (or replaces) the claim's spec and returns the
-// CDI device ID to hand to the kubelet.
-func (w *Writer) Write(edits ClaimEdits) (string, error) {
+func (d DeviceEdits) validate() error {
+	if d.SwapLimitBytes < 0 || d.EnvBytes < 0 {
+		return fmt.Errorf("negative swap limit (%d, env %d)", d.SwapLimitBytes, d.EnvBytes)
+	}
+	if d.SwapHighBytes != nil && (*d.SwapHighBytes < 0 || *d.SwapHighBytes > d.SwapLimitBytes) {
+		return fmt.Errorf("swap high %d outside 0..%d", *d.SwapHighBytes, d.SwapLimitBytes)
+	}
+	switch d.Zswap {
+	case ZswapUnchanged, ZswapOn, ZswapOff:
+	default:
+		return fmt.Errorf("zswap mode %q", d.Zswap)
+	}
+	if d.Swappiness != nil && (*d.Swappiness < 0 || *d.Swappiness > 100) {
+		return fmt.Errorf("swappiness %d outside 0..100", *d.Swappiness)
+	}
+	return nil
+}
+
+// Write atomically writes (or replaces) the claim's spec; the CDI device
+// ID of each of edits.Devices is DeviceID(edits.ClaimUID, its index).
+func (w *Writer) Write(edits ClaimEdits) error {
 	spec, err := w.Spec(edits)
 	if err != nil {
-		return "", err
+		return err
 	}
 	if err := w.cache.WriteSpec(spec, SpecName(edits.ClaimUID)+".json"); err != nil {
-		return "", fmt.Errorf("write CDI spec of claim %s: %w", edits.ClaimUID, err)
+		return fmt.Errorf("write CDI spec of claim %s: %w", edits.ClaimUID, err)
 	}
-	return DeviceID(edits.ClaimUID), nil
+	return nil
+}
+
+// Has reports whether the claim has a spec.
+func (w *Writer) Has(claimUID string) (bool, error) {
+	if !uidPattern.MatchString(claimUID) {
+		return false, fmt.Errorf("claim UID %q is not a Kubernetes UID", claimUID)
+	}
+	_, err := os.Stat(filepath.Join(w.specDir, SpecName(claimUID)+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
+	}
+	return true, nil
 }
 
 // Remove deletes the claim's spec; a spec that does not exist is not an

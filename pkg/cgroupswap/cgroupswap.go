@@ -22,7 +22,7 @@ import (
 // (the kernel shows 9223372036854771712, PAGE_COUNTER_MAX pages).
 const unlimitedV1 = int64(1) << 62
 
-// Target is one container's cgroup.
+// Target is one container's cgroup, or one pod's.
 type Target struct {
 	// Version is 1 or 2.
 	Version int
@@ -32,8 +32,18 @@ type Target struct {
 	// Group is the container's cgroup path within the hierarchy,
 	// starting with "/".
 	Group string
-	// Container names the container in error messages.
+	// Container names the container (or the pod) in error messages.
 	Container string
+	// Pod says the cgroup is a pod's: the budget its containers share.
+	Pod bool
+}
+
+// what names the target in messages.
+func (t Target) what() string {
+	if t.Pod {
+		return "pod " + t.Container
+	}
+	return "container " + t.Container
 }
 
 // Settings are the values to apply.
@@ -51,10 +61,10 @@ type Settings struct {
 // Apply writes s into the target's cgroup.
 func Apply(t Target, s Settings) error {
 	if s.SwapLimit < 0 {
-		return fmt.Errorf("container %s: negative swap limit %d", t.Container, s.SwapLimit)
+		return fmt.Errorf("%s: negative swap limit %d", t.what(), s.SwapLimit)
 	}
 	if !strings.HasPrefix(t.Group, "/") || strings.Contains(t.Group, "..") {
-		return fmt.Errorf("container %s: cgroup path %q is not an absolute path within the hierarchy", t.Container, t.Group)
+		return fmt.Errorf("%s: cgroup path %q is not an absolute path within the hierarchy", t.what(), t.Group)
 	}
 	switch t.Version {
 	case 1:
@@ -62,66 +72,73 @@ func Apply(t Target, s Settings) error {
 	case 2:
 		return applyV2(t, s)
 	}
-	return fmt.Errorf("container %s: unknown cgroup version %d", t.Container, t.Version)
+	return fmt.Errorf("%s: unknown cgroup version %d", t.what(), t.Version)
 }
 
 func applyV1(t Target, s Settings) error {
 	if s.SwapHigh != nil || s.Zswap != nil {
-		return fmt.Errorf("container %s: memory.swap.high and memory.zswap.max exist only on cgroup v2", t.Container)
+		return fmt.Errorf("%s: memory.swap.high and memory.zswap.max exist only on cgroup v2", t.what())
 	}
 	mem := cgroup1.NewMemory(t.Root)
 	dir := mem.Path(t.Group)
 	memswFile := filepath.Join(dir, "memory.memsw.limit_in_bytes")
 	if _, err := os.Stat(memswFile); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("container %s: %s does not exist: swap accounting is off (boot the kernel with swapaccount=1)", t.Container, memswFile)
+			return fmt.Errorf("%s: %s does not exist: swap accounting is off (boot the kernel with swapaccount=1)", t.what(), memswFile)
 		}
-		return fmt.Errorf("container %s: %w", t.Container, err)
+		return fmt.Errorf("%s: %w", t.what(), err)
 	}
 	limit, err := readInt(filepath.Join(dir, "memory.limit_in_bytes"))
 	if err != nil {
-		return fmt.Errorf("container %s: %w", t.Container, err)
+		return fmt.Errorf("%s: %w", t.what(), err)
 	}
 	if limit >= unlimitedV1 {
-		return fmt.Errorf("container %s has no memory limit: on cgroup v1 swap can only be bounded together with memory; set resources.limits.memory", t.Container)
+		return fmt.Errorf("%s has no memory limit: on cgroup v1 swap can only be bounded together with memory; set resources.limits.memory%s", t.what(), podHint(t))
 	}
 	if s.SwapLimit > math.MaxInt64-limit {
-		return fmt.Errorf("container %s: memory limit %d plus swap limit %d overflows", t.Container, limit, s.SwapLimit)
+		return fmt.Errorf("%s: memory limit %d plus swap limit %d overflows", t.what(), limit, s.SwapLimit)
 	}
 	memsw := limit + s.SwapLimit
 	// memsw may only be raised above, or lowered to, the memory limit; the
 	// memory limit is not touched, so memsw ≥ limit always holds.
 	err = mem.Update(t.Group, &specs.LinuxResources{Memory: &specs.LinuxMemory{Swap: &memsw, Swappiness: s.Swappiness}})
 	if err != nil {
-		return fmt.Errorf("container %s: set %s to %d (memory limit %d + swap %d): %w", t.Container, memswFile, memsw, limit, s.SwapLimit, err)
+		return fmt.Errorf("%s: set %s to %d (memory limit %d + swap %d): %w", t.what(), memswFile, memsw, limit, s.SwapLimit, err)
 	}
 	return nil
 }
 
+func podHint(t Target) string {
+	if t.Pod {
+		return " on every container of the pod (its containers share a claim, so the pod's cgroup bounds their swap together)"
+	}
+	return ""
+}
+
 func applyV2(t Target, s Settings) error {
 	if s.Swappiness != nil {
-		return fmt.Errorf("container %s: cgroup v2 has no per-cgroup swappiness", t.Container)
+		return fmt.Errorf("%s: cgroup v2 has no per-cgroup swappiness", t.what())
 	}
 	dir := filepath.Join(t.Root, t.Group)
 	swapMax := filepath.Join(dir, "memory.swap.max")
 	if _, err := os.Stat(swapMax); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("container %s: cgroup %s has no memory.swap.max: the kernel lacks swap accounting or the memory controller is off", t.Container, dir)
+			return fmt.Errorf("%s: cgroup %s has no memory.swap.max: the kernel lacks swap accounting or the memory controller is off", t.what(), dir)
 		}
-		return fmt.Errorf("container %s: %w", t.Container, err)
+		return fmt.Errorf("%s: %w", t.what(), err)
 	}
 	m, err := cgroup2.Load(t.Group, cgroup2.WithMountpoint(t.Root))
 	if err != nil {
-		return fmt.Errorf("container %s: load cgroup %s: %w", t.Container, dir, err)
+		return fmt.Errorf("%s: load cgroup %s: %w", t.what(), dir, err)
 	}
 	limit := s.SwapLimit
 	if err := m.Update(&cgroup2.Resources{Memory: &cgroup2.Memory{Swap: &limit}}); err != nil {
-		return fmt.Errorf("container %s: set %s to %d: %w", t.Container, swapMax, limit, err)
+		return fmt.Errorf("%s: set %s to %d: %w", t.what(), swapMax, limit, err)
 	}
 	// The library has no memory.swap.high or memory.zswap.max.
 	if s.SwapHigh != nil {
 		if err := writeFile(filepath.Join(dir, "memory.swap.high"), strconv.FormatInt(*s.SwapHigh, 10)); err != nil {
-			return fmt.Errorf("container %s: %w", t.Container, err)
+			return fmt.Errorf("%s: %w", t.what(), err)
 		}
 	}
 	if s.Zswap != nil {
@@ -130,7 +147,7 @@ func applyV2(t Target, s Settings) error {
 			value = "max"
 		}
 		if err := writeFile(filepath.Join(dir, "memory.zswap.max"), value); err != nil {
-			return fmt.Errorf("container %s: %w (zswap control needs Linux 5.19 or later)", t.Container, err)
+			return fmt.Errorf("%s: %w (zswap control needs Linux 5.19 or later)", t.what(), err)
 		}
 	}
 	return nil

@@ -43,6 +43,7 @@ func Apply(cfg Config, req Request, state *specs.State) error {
 	total, version, err := apply(cfg, req, state)
 	if r, ok := podevents.FromAnnotations(state.Annotations); ok {
 		r.LimitBytes, r.CgroupVersion, r.Time = total.SwapLimit, version, time.Now()
+		r.PodLimitBytes = req.Share.PodSwapLimit
 		if err != nil {
 			r.Error = err.Error()
 		}
@@ -60,6 +61,12 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, in
 	if state.Pid <= 0 {
 		return total, 0, fmt.Errorf("container %s: OCI state has no process id (pid %d)", name, state.Pid)
 	}
+	r, isPod := podevents.FromAnnotations(state.Annotations)
+	if req.PodUID != "" && (!isPod || r.PodUID != req.PodUID) {
+		// A claim's swap was charged once, for one pod (see pkg/prepare).
+		return total, 0, fmt.Errorf("container %s: claim %s grants its swap to pod %s only, and this container belongs to pod %s: "+
+			"a swap claim serves one pod (give each pod its own claim with a ResourceClaimTemplate)", name, req.ClaimUID, req.PodUID, orUnknown(r.PodUID))
+	}
 	target, err := findCgroup(cfg, state, name)
 	if err != nil {
 		return total, 0, err
@@ -68,22 +75,64 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, in
 	if err != nil {
 		return total, target.Version, err
 	}
+	var pod cgroupswap.Target
+	if req.Share.PodSwapLimit != nil {
+		if pod, err = podCgroup(target, r); err != nil {
+			return total, target.Version, err
+		}
+	}
 	// The container's record first: with it, the kubelet plugin can find
 	// the cgroup of every container that has a share.
-	c := hookstate.Container{ID: state.ID, CgroupVersion: target.Version, CgroupGroup: target.Group}
-	if r, ok := podevents.FromAnnotations(state.Annotations); ok {
+	c := hookstate.Container{ID: state.ID, CgroupVersion: target.Version, CgroupGroup: target.Group, PodCgroupGroup: pod.Group}
+	if isPod {
 		c.Namespace, c.Pod, c.PodUID, c.Name = r.Namespace, r.Pod, r.PodUID, r.Container
+	}
+	if old, err := hookstate.ReadContainer(dir); err == nil && c.PodCgroupGroup == "" {
+		c.PodCgroupGroup = old.PodCgroupGroup // another claim's run found it
 	}
 	if err := hookstate.WriteContainer(dir, c); err != nil {
 		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
-	if err := hookstate.Record(dir, req.ClaimUID, req.Share); err != nil {
+	if err := hookstate.Record(dir, req.ShareKey(), req.Share); err != nil {
 		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
-	if total, _, err = hookstate.Sum(dir); err != nil {
+	totals, err := hookstate.Sum(dir)
+	if err != nil {
 		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
-	return total, target.Version, cgroupswap.Apply(target, total)
+	if err := cgroupswap.Apply(target, totals.Container); err != nil {
+		return totals.Container, target.Version, err
+	}
+	if pod, ok := c.PodTarget(target.Root); ok && totals.PodSwapLimit != nil {
+		if err := cgroupswap.Apply(pod, cgroupswap.Settings{SwapLimit: *totals.PodSwapLimit}); err != nil {
+			return totals.Container, target.Version, fmt.Errorf("container %s: the pod's swap budget: %w", name, err)
+		}
+	}
+	return totals.Container, target.Version, nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown: the runtime gave no pod UID)"
+	}
+	return s
+}
+
+// podCgroup is the pod's cgroup: the parent of the container's, which
+// both the cgroupfs and the systemd cgroup driver name after the pod's UID
+// (".../pod<uid>" and ".../kubepods-<qos>-pod<uid_with_underscores>.slice").
+// Anything else is refused rather than written.
+func podCgroup(container cgroupswap.Target, r podevents.Record) (cgroupswap.Target, error) {
+	parent := filepath.Dir(container.Group)
+	base := filepath.Base(parent)
+	if r.PodUID == "" || parent == "/" ||
+		!(base == "pod"+r.PodUID || strings.HasSuffix(base, "-pod"+strings.ReplaceAll(r.PodUID, "-", "_")+".slice")) {
+		return cgroupswap.Target{}, fmt.Errorf("container %s: its parent cgroup %s is not the cgroup of pod %s, so the pod's swap budget cannot be set",
+			container.Container, parent, orUnknown(r.PodUID))
+	}
+	pod := container
+	pod.Group, pod.Pod, pod.Container = parent, true, r.Namespace+"/"+r.Pod
+	return pod, nil
 }
 
 // Cleanup removes the container's records (poststop).

@@ -38,8 +38,17 @@ type Config struct {
 type Request struct {
 	Cleanup  bool
 	ClaimUID string
-	Share    hookstate.Share
+	// ResultIndex is the claim's allocation result whose share this is;
+	// -1 for the whole claim (specs written before v0.2.0).
+	ResultIndex int
+	// PodUID, if set, is the one pod the claim's swap is granted to: a
+	// container of any other pod is refused.
+	PodUID string
+	Share  hookstate.Share
 }
+
+// ShareKey names the request's share in the container's records.
+func (r Request) ShareKey() string { return hookstate.ShareKey(r.ClaimUID, r.ResultIndex) }
 
 // ParseArgs parses the hook's arguments (without the program name).
 //
@@ -67,11 +76,18 @@ type Request struct {
 //	createRuntime: --swap-limit=BYTES --claim-uid=UID --state-dir=DIR [--swap-high=BYTES] [--zswap=on|off] [--swappiness=0..100]
 //	poststop:      --cleanup --claim-uid=UID --state-dir=DIR
 //
+// Release v0.2.0 writes one CDI device per allocation result and adds, to
+// the createRuntime form:
+//
+//	--result-index=N            the result's index in the claim's allocation (its share is recorded as UID.N)
+//	--pod-uid=UID               the pod the claim is granted to; containers of other pods are refused
+//	--pod-swap-limit=BYTES      the pod's swap budget, when its containers share a claim
+//
 // --proc-root and --cgroup-root are for tests; specs do not set them.
 func ParseArgs(args []string) (Config, Request, error) {
 	cfg := Config{}
 	var req Request
-	var limit, high, swappiness, zswap string
+	var limit, high, swappiness, zswap, resultIndex, podLimit string
 	fs := flag.NewFlagSet("dra-swap-hook", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&limit, "swap-limit", "", "swap limit in bytes")
@@ -79,6 +95,9 @@ func ParseArgs(args []string) (Config, Request, error) {
 	fs.StringVar(&high, "swap-high", "", "cgroup v2 memory.swap.high in bytes")
 	fs.StringVar(&zswap, "zswap", "", "on or off")
 	fs.StringVar(&swappiness, "swappiness", "", "cgroup v1 memory.swappiness")
+	fs.StringVar(&resultIndex, "result-index", "", "index of the claim's allocation result")
+	fs.StringVar(&req.PodUID, "pod-uid", "", "UID of the only pod the claim's swap is granted to")
+	fs.StringVar(&podLimit, "pod-swap-limit", "", "swap budget of the container's pod in bytes")
 	fs.BoolVar(&req.Cleanup, "cleanup", false, "remove the container's state (poststop)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "/run/dra-swap/hook", "directory of per-container state")
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs mount")
@@ -102,12 +121,31 @@ func ParseArgs(args []string) (Config, Request, error) {
 		}
 	}
 	if req.Cleanup {
-		if limit != "" || high != "" || zswap != "" || swappiness != "" {
+		if limit != "" || high != "" || zswap != "" || swappiness != "" || resultIndex != "" || req.PodUID != "" || podLimit != "" {
 			return cfg, req, errors.New("--cleanup takes no limits")
 		}
+		req.ResultIndex = -1
 		return cfg, req, nil
 	}
 	var err error
+	req.ResultIndex = -1
+	if resultIndex != "" {
+		v, err := parseNumber("--result-index", resultIndex, hookstate.MaxResultIndex)
+		if err != nil {
+			return cfg, req, err
+		}
+		req.ResultIndex = int(v)
+	}
+	if req.PodUID != "" && !hookstate.UIDPattern.MatchString(req.PodUID) {
+		return cfg, req, fmt.Errorf("--pod-uid %q is not a Kubernetes UID", req.PodUID)
+	}
+	if podLimit != "" {
+		v, err := parseNumber("--pod-swap-limit", podLimit, maxSwapBytes)
+		if err != nil {
+			return cfg, req, err
+		}
+		req.Share.PodSwapLimit = &v
+	}
 	if req.Share.SwapLimit, err = parseNumber("--swap-limit", limit, maxSwapBytes); err != nil {
 		return cfg, req, err
 	}

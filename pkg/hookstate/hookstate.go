@@ -1,13 +1,15 @@
 // Package hookstate is the hook's record of a container on the node: which
-// dra.swap claims it has and what each contributes (one file per claim,
-// named by the claim's UID), and where its cgroup is and whose it is
+// dra.swap claims it has and what each contributes (one file per share: a
+// claim's allocation result, named by the claim's UID and the result's
+// index, or by the claim's UID alone in specs written before results had
+// devices of their own), and where its cgroup is and whose it is
 // (container.json). The hook writes it at createRuntime and removes it at
 // poststop; the kubelet plugin's verifier and NRI plugin read it to know
 // which containers must hold which limit.
 //
 // Layout under the state directory (a tmpfs, so a reboot clears it):
 //
-//	<state-dir>/<container-id>/<claim-uid>      a Share (JSON)
+//	<state-dir>/<container-id>/<claim-uid>[.<n>] a Share (JSON)
 //	<state-dir>/<container-id>/container.json   a Container (JSON)
 //	<state-dir>/.events/                        package podevents
 package hookstate
@@ -40,14 +42,35 @@ var (
 	UIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	// ContainerIDPattern matches the container IDs that name directories.
 	ContainerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	// shareKeyPattern matches the names of share files: a claim UID,
+	// optionally followed by "." and an allocation result's index.
+	shareKeyPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.[0-9]{1,4})?$`)
 )
 
-// Share is what one claim contributes to a container.
+// MaxResultIndex bounds the allocation result index in a share key (the
+// API allows at most 32 results per claim; the bound leaves room).
+const MaxResultIndex = 9999
+
+// ShareKey names the share of one allocation result of a claim; a
+// negative index names the share of the whole claim (the form of specs
+// written before each result had a device of its own).
+func ShareKey(claimUID string, resultIndex int) string {
+	if resultIndex < 0 {
+		return claimUID
+	}
+	return fmt.Sprintf("%s.%d", claimUID, resultIndex)
+}
+
+// Share is what one claim's allocation result contributes to a container.
 type Share struct {
 	SwapLimit  int64   `json:"swapLimit"`
 	SwapHigh   *int64  `json:"swapHigh,omitempty"`
 	Zswap      *bool   `json:"zswap,omitempty"`
 	Swappiness *uint64 `json:"swappiness,omitempty"`
+	// PodSwapLimit, if set, is the swap the container's whole pod may use:
+	// the sum of the pod's claims, set when its containers share a claim
+	// and so could together use more than the claims were charged.
+	PodSwapLimit *int64 `json:"podSwapLimit,omitempty"`
 }
 
 // Container says where a container's cgroup is and whose container it is.
@@ -58,6 +81,9 @@ type Container struct {
 	// (the group is its path within the hierarchy).
 	CgroupVersion int    `json:"cgroupVersion"`
 	CgroupGroup   string `json:"cgroupGroup"`
+	// PodCgroupGroup, when set, is the pod's cgroup (the container's
+	// parent), which holds the pod's swap budget.
+	PodCgroupGroup string `json:"podCgroupGroup,omitempty"`
 	// Namespace, Pod, PodUID and Name identify it in Kubernetes; empty for
 	// a container the runtime did not create for a pod.
 	Namespace string `json:"namespace,omitempty"`
@@ -80,6 +106,18 @@ func (c Container) Target(cgroupRoot string) cgroupswap.Target {
 	return cgroupswap.Target{Version: c.CgroupVersion, Root: cgroupRoot, Group: c.CgroupGroup, Container: c.String()}
 }
 
+// PodTarget is the container's pod's cgroup, if the record has one.
+func (c Container) PodTarget(cgroupRoot string) (cgroupswap.Target, bool) {
+	if c.PodCgroupGroup == "" {
+		return cgroupswap.Target{}, false
+	}
+	name := c.Namespace + "/" + c.Pod
+	if c.Pod == "" {
+		name = "of container " + c.ID
+	}
+	return cgroupswap.Target{Version: c.CgroupVersion, Root: cgroupRoot, Group: c.PodCgroupGroup, Container: name, Pod: true}, true
+}
+
 // Dir is the container's directory.
 func Dir(stateDir, containerID string) (string, error) {
 	if !ContainerIDPattern.MatchString(containerID) {
@@ -88,17 +126,37 @@ func Dir(stateDir, containerID string) (string, error) {
 	return filepath.Join(stateDir, containerID), nil
 }
 
-// Record writes the claim's share atomically into the container's dir.
-func Record(dir, claimUID string, share Share) error {
-	if !UIDPattern.MatchString(claimUID) {
-		return fmt.Errorf("claim UID %q is not a Kubernetes UID", claimUID)
+// Record writes a share atomically into the container's dir under key
+// (see ShareKey).
+func Record(dir, key string, share Share) error {
+	if !shareKeyPattern.MatchString(key) {
+		return fmt.Errorf("share %q is not a claim UID with an optional result index", key)
+	}
+	if err := share.validate(); err != nil {
+		return fmt.Errorf("share %s: %w", key, err)
 	}
 	data, err := json.Marshal(share)
 	if err != nil {
 		return err
 	}
-	if err := write(dir, claimUID, data); err != nil {
-		return fmt.Errorf("record claim %s: %w", claimUID, err)
+	if err := write(dir, key, data); err != nil {
+		return fmt.Errorf("record share %s: %w", key, err)
+	}
+	return nil
+}
+
+func (s Share) validate() error {
+	if s.SwapLimit < 0 || s.SwapLimit > MaxSwapBytes {
+		return fmt.Errorf("swap limit %d out of range 0..%d", s.SwapLimit, MaxSwapBytes)
+	}
+	if s.SwapHigh != nil && (*s.SwapHigh < 0 || *s.SwapHigh > s.SwapLimit) {
+		return fmt.Errorf("swap high %d out of range 0..%d", *s.SwapHigh, s.SwapLimit)
+	}
+	if s.Swappiness != nil && *s.Swappiness > 100 {
+		return fmt.Errorf("swappiness %d out of range 0..100", *s.Swappiness)
+	}
+	if s.PodSwapLimit != nil && (*s.PodSwapLimit < 0 || *s.PodSwapLimit > MaxSwapBytes) {
+		return fmt.Errorf("pod swap limit %d out of range 0..%d", *s.PodSwapLimit, MaxSwapBytes)
 	}
 	return nil
 }
@@ -148,25 +206,43 @@ func (c Container) validate() error {
 		filepath.Clean(c.CgroupGroup) != c.CgroupGroup {
 		return fmt.Errorf("container %s: cgroup path %q is not a clean absolute path within the hierarchy", c, c.CgroupGroup)
 	}
+	if c.PodCgroupGroup != "" && (c.PodCgroupGroup != filepath.Dir(c.CgroupGroup) || c.PodCgroupGroup == "/") {
+		return fmt.Errorf("container %s: pod cgroup %q is not the parent of its cgroup %q", c, c.PodCgroupGroup, c.CgroupGroup)
+	}
 	if c.PodUID != "" && !UIDPattern.MatchString(c.PodUID) {
 		return fmt.Errorf("container %s: pod UID %q is not a Kubernetes UID", c, c.PodUID)
 	}
 	return nil
 }
 
+// Totals is what a container's shares add up to.
+type Totals struct {
+	// Container is applied to the container's cgroup.
+	Container cgroupswap.Settings
+	// PodSwapLimit, if set, bounds the swap of the container's pod (its
+	// parent cgroup): the largest PodSwapLimit of the shares (prepare
+	// writes the same value into every claim of the pod; a claim prepared
+	// before another of the pod was known holds a smaller one).
+	PodSwapLimit *int64
+	// Shares is how many shares there are.
+	Shares int
+}
+
 // Sum combines the container's recorded shares: limits add up; swap.high
-// adds up over the claims that set it, counting the others at their limit;
-// zswap is off if any claim turns it off; swappiness is the lowest asked.
-// claims is how many shares there are.
-func Sum(dir string) (total cgroupswap.Settings, claims int, err error) {
+// adds up over the shares that set it, counting the others at their limit;
+// zswap is off if any share turns it off; swappiness is the lowest asked;
+// the pod's limit is the largest recorded.
+func Sum(dir string) (Totals, error) {
+	var t Totals
+	total := &t.Container
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return total, 0, fmt.Errorf("read hook state %s: %w", dir, err)
+		return t, fmt.Errorf("read hook state %s: %w", dir, err)
 	}
 	var high int64
 	anyHigh := false
 	for _, e := range entries {
-		if !UIDPattern.MatchString(e.Name()) {
+		if !shareKeyPattern.MatchString(e.Name()) {
 			continue // container.json, temporary files
 		}
 		data, err := readFile(filepath.Join(dir, e.Name()))
@@ -174,16 +250,19 @@ func Sum(dir string) (total cgroupswap.Settings, claims int, err error) {
 			continue
 		}
 		if err != nil {
-			return total, claims, err
+			return t, err
 		}
 		var s Share
 		if err := json.Unmarshal(data, &s); err != nil {
-			return total, claims, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
+			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
 		}
-		if s.SwapLimit < 0 || s.SwapLimit > MaxSwapBytes || total.SwapLimit > MaxSwapBytes-s.SwapLimit {
-			return total, claims, fmt.Errorf("hook state %s/%s: swap limit %d out of range", dir, e.Name(), s.SwapLimit)
+		if err := s.validate(); err != nil {
+			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
 		}
-		claims++
+		if total.SwapLimit > MaxSwapBytes-s.SwapLimit {
+			return t, fmt.Errorf("hook state %s/%s: swap limits add up to more than %d", dir, e.Name(), MaxSwapBytes)
+		}
+		t.Shares++
 		total.SwapLimit += s.SwapLimit
 		if s.SwapHigh != nil {
 			anyHigh = true
@@ -199,11 +278,15 @@ func Sum(dir string) (total cgroupswap.Settings, claims int, err error) {
 			v := *s.Swappiness
 			total.Swappiness = &v
 		}
+		if s.PodSwapLimit != nil && (t.PodSwapLimit == nil || *s.PodSwapLimit > *t.PodSwapLimit) {
+			v := *s.PodSwapLimit
+			t.PodSwapLimit = &v
+		}
 	}
 	if anyHigh {
 		total.SwapHigh = &high
 	}
-	return total, claims, nil
+	return t, nil
 }
 
 // List returns the IDs of the containers that have a directory under

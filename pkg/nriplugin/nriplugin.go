@@ -230,7 +230,7 @@ func (h *handler) Synchronize(ctx context.Context, _ []*api.PodSandbox, _ []*api
 }
 
 func (h *handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	adjust, total, err := CreateAdjustment(h.p.CgroupVersion, h.p.HookPath, ctr)
+	adjust, total, err := CreateAdjustment(h.p.CgroupVersion, h.p.HookPath, pod.GetUid(), ctr)
 	logger := klog.FromContext(ctx)
 	if err != nil {
 		// Not a reason to fail the container: the hook runs the same
@@ -252,11 +252,11 @@ func (h *handler) UpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *a
 	if _, err := hookstate.ReadContainer(dir); err != nil {
 		return nil, nil // not a swap container (or its hook has not run)
 	}
-	want, claims, err := hookstate.Sum(dir)
-	if err != nil || claims == 0 {
+	totals, err := hookstate.Sum(dir)
+	if err != nil || totals.Shares == 0 {
 		return nil, nil
 	}
-	return []*api.ContainerUpdate{UpdateFor(h.p.CgroupVersion, ctr.GetId(), want.SwapLimit, res)}, nil
+	return []*api.ContainerUpdate{UpdateFor(h.p.CgroupVersion, ctr.GetId(), totals.Container.SwapLimit, res)}, nil
 }
 
 func (h *handler) PostUpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *api.Container) error {
@@ -267,9 +267,13 @@ func (h *handler) PostUpdateContainer(ctx context.Context, _ *api.PodSandbox, ct
 }
 
 // SwapFromHooks sums the swap limits of the container's createRuntime
-// hooks that run hookPath (one per dra.swap claim). n is how many there
-// are.
-func SwapFromHooks(hookPath string, hooks *api.Hooks) (total int64, n int, err error) {
+// hooks that run hookPath (one per dra.swap claim allocation result; a
+// share named twice counts once, as in the hook's records). n is how many
+// there are. A hook that grants its claim to another pod than podUID
+// makes the sum meaningless: errOtherPod (the hook refuses the container
+// with the reason).
+func SwapFromHooks(hookPath, podUID string, hooks *api.Hooks) (total int64, n int, err error) {
+	seen := map[string]bool{}
 	for _, h := range hooks.GetCreateRuntime() {
 		if h.GetPath() != hookPath {
 			continue
@@ -282,8 +286,12 @@ func SwapFromHooks(hookPath string, hooks *api.Hooks) (total int64, n int, err e
 		if err != nil {
 			return 0, 0, fmt.Errorf("hook %s: %w", hookPath, err)
 		}
-		if req.Cleanup {
+		if req.Cleanup || seen[req.ShareKey()] {
 			continue
+		}
+		seen[req.ShareKey()] = true
+		if req.PodUID != "" && req.PodUID != podUID {
+			return 0, 0, errOtherPod
 		}
 		if total > hookstate.MaxSwapBytes-req.Share.SwapLimit {
 			return 0, 0, fmt.Errorf("hook %s: swap limits overflow", hookPath)
@@ -294,12 +302,19 @@ func SwapFromHooks(hookPath string, hooks *api.Hooks) (total int64, n int, err e
 	return total, n, nil
 }
 
+// errOtherPod: one of the container's claims is granted to another pod.
+var errOtherPod = errors.New("a claim of the container is granted to another pod")
+
 // CreateAdjustment is what the plugin changes in a new container's spec:
 // nothing for a container without dra.swap claims, else its swap limit.
 // On cgroup v1 the limit is memory+swap, so a container without a memory
-// limit gets nothing here (the hook refuses it with the reason).
-func CreateAdjustment(cgroupVersion int, hookPath string, ctr *api.Container) (*api.ContainerAdjustment, int64, error) {
-	total, n, err := SwapFromHooks(hookPath, ctr.GetHooks())
+// limit gets nothing here (the hook refuses it with the reason), and
+// neither does a container of a pod that a claim is not granted to.
+func CreateAdjustment(cgroupVersion int, hookPath, podUID string, ctr *api.Container) (*api.ContainerAdjustment, int64, error) {
+	total, n, err := SwapFromHooks(hookPath, podUID, ctr.GetHooks())
+	if errors.Is(err, errOtherPod) {
+		return nil, 0, nil
+	}
 	if err != nil || n == 0 {
 		return nil, 0, err
 	}

@@ -11,11 +11,13 @@ const (
 	hookPath = "/opt/dra-swap/bin/dra-swap-hook"
 	uidA     = "aaaaaaaa-0000-4000-8000-000000000001"
 	uidB     = "bbbbbbbb-0000-4000-8000-000000000002"
+	podUID   = "cccccccc-0000-4000-8000-000000000003"
+	otherPod = "dddddddd-0000-4000-8000-000000000004"
 	mi       = int64(1) << 20
 )
 
-func applyHook(uid string, bytes string) *api.Hook {
-	return &api.Hook{Path: hookPath, Args: []string{"dra-swap-hook", "--swap-limit=" + bytes, "--claim-uid=" + uid, "--state-dir=/run/dra-swap/hook"}}
+func applyHook(uid string, bytes string, extra ...string) *api.Hook {
+	return &api.Hook{Path: hookPath, Args: append([]string{"dra-swap-hook", "--swap-limit=" + bytes, "--claim-uid=" + uid, "--state-dir=/run/dra-swap/hook"}, extra...)}
 }
 
 func cleanupHook(uid string) *api.Hook {
@@ -46,6 +48,10 @@ func TestCreateAdjustment(t *testing.T) {
 	}{
 		{name: "v2 one claim", version: 2, ctr: container(128*mi, applyHook(uidA, "104857600")), wantUnified: "104857600"},
 		{name: "v2 two claims add up", version: 2, ctr: container(0, applyHook(uidA, "104857600"), applyHook(uidB, "1048576")), wantUnified: "105906176"},
+		{name: "v2 two results of one claim add up", version: 2, ctr: container(0, applyHook(uidA, "104857600", "--result-index=0"), applyHook(uidA, "1048576", "--result-index=1")), wantUnified: "105906176"},
+		{name: "v2 a result named twice counts once", version: 2, ctr: container(0, applyHook(uidA, "104857600", "--result-index=0"), applyHook(uidA, "104857600", "--result-index=0")), wantUnified: "104857600"},
+		{name: "v2 granted to this pod", version: 2, ctr: container(0, applyHook(uidA, "104857600", "--result-index=0", "--pod-uid="+podUID)), wantUnified: "104857600"},
+		{name: "granted to another pod: left to the hook, which refuses it", version: 2, ctr: container(0, applyHook(uidA, "104857600", "--result-index=0", "--pod-uid="+otherPod)), wantNone: true},
 		{name: "v1 memsw is the memory limit plus the claims", version: 1, ctr: container(128*mi, applyHook(uidA, "104857600")), wantSwap: 228 * mi},
 		{name: "v1 without a memory limit: left to the hook", version: 1, ctr: container(0, applyHook(uidA, "104857600")), wantNone: true},
 		{name: "no dra.swap claim", version: 2, ctr: container(128*mi, other), wantNone: true},
@@ -55,7 +61,7 @@ func TestCreateAdjustment(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			adjust, _, err := CreateAdjustment(tc.version, hookPath, tc.ctr)
+			adjust, _, err := CreateAdjustment(tc.version, hookPath, podUID, tc.ctr)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)

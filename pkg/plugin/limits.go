@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -31,23 +32,32 @@ type limitReporter struct {
 
 var _ verify.Reporter = (*limitReporter)(nil)
 
-func (r *limitReporter) Restored(ctx context.Context, c hookstate.Container, found, want int64, trigger string) {
-	r.metrics.restored.WithLabelValues(trigger).Inc()
-	if pod := podRef(c); pod != nil {
+func (r *limitReporter) Restored(ctx context.Context, d verify.Drift) {
+	r.metrics.restored.WithLabelValues(d.Trigger).Inc()
+	if pod := podRef(d.Container); pod != nil {
 		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonLimitRestored, "RestoreSwapLimit",
-			"Swap limit of container %q on node %q was %s instead of %s (found at %s); wrote %s back",
-			c.Name, r.node, describe(found), describe(want), trigger, describe(want))
+			"%s on node %q was %s instead of %s (found at %s); wrote %s back",
+			subject(d), r.node, describe(d.Found), describe(d.Want), d.Trigger, describe(d.Want))
 	}
 }
 
-func (r *limitReporter) NotRestored(ctx context.Context, c hookstate.Container, found, want int64, trigger string, err error) {
-	r.metrics.failed.WithLabelValues(trigger).Inc()
-	klog.FromContext(ctx).Error(err, "Swap limit not restored", "container", c.String(), "found", found, "want", want, "trigger", trigger)
-	if pod := podRef(c); pod != nil {
+func (r *limitReporter) NotRestored(ctx context.Context, d verify.Drift, err error) {
+	r.metrics.failed.WithLabelValues(d.Trigger).Inc()
+	klog.FromContext(ctx).Error(err, "Swap limit not restored", "container", d.Container.String(), "podBudget", d.Pod,
+		"found", d.Found, "want", d.Want, "trigger", d.Trigger)
+	if pod := podRef(d.Container); pod != nil {
 		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonLimitNotRestored, "RestoreSwapLimit",
-			"Swap limit of container %q on node %q is %s, not %s as its claims say, and could not be restored: %v",
-			c.Name, r.node, describe(found), describe(want), err)
+			"%s on node %q is %s, not %s as its claims say, and could not be restored: %v",
+			subject(d), r.node, describe(d.Found), describe(d.Want), err)
 	}
+}
+
+// subject names the drifted limit in an event.
+func subject(d verify.Drift) string {
+	if d.Pod {
+		return "The pod's shared swap budget"
+	}
+	return fmt.Sprintf("Swap limit of container %q", d.Container.Name)
 }
 
 func podRef(c hookstate.Container) *corev1.Pod {

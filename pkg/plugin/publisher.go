@@ -7,8 +7,10 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
@@ -28,10 +30,24 @@ type Publisher struct {
 	NodeLabels func() map[string]string
 	// Publish hands the resources to the kubelet plugin helper.
 	Publish func(ctx context.Context, resources resourceslice.DriverResources) error
+	// Prepared, if set, returns the swap the node's prepared claims hold;
+	// above the offer, the device gets TaintOvercommitted.
+	Prepared func() (int64, error)
+	// NodeEvent, if set, records an event on the Node.
+	NodeEvent func(eventType, reason, message string)
+	// Now is the clock (time.Now).
+	Now func() time.Time
 
-	mu    sync.Mutex
-	state publishedState
+	taints deviceTaints
+	mu     sync.Mutex
+	state  publishedState
 }
+
+// Event reasons on the Node.
+const (
+	ReasonOvercommitted     = "SwapOvercommitted"
+	ReasonOvercommitCleared = "SwapOvercommitCleared"
+)
 
 type publishedState struct {
 	synced bool
@@ -55,6 +71,20 @@ func (p *Publisher) Device() (*resourceapi.Device, string) {
 	return p.state.device, p.state.reason
 }
 
+// Offer returns the swap the published device offers (0 on a node that
+// offers none), or -1 before the first sync.
+func (p *Publisher) Offer() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.state.synced || p.state.device == nil {
+		return -1
+	}
+	if q, ok := p.state.device.Capacity[slice.CapacitySwap]; ok && p.state.reason == "" {
+		return q.Value.Value()
+	}
+	return 0
+}
+
 // Sync discovers the node's facts and publishes them if they changed. It
 // reports whether it published. Not safe for concurrent use: Run calls it
 // from one goroutine.
@@ -69,6 +99,12 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		labels = maps.Clone(p.NodeLabels())
 	}
 	device, reason := slice.Device(facts, labels, p.Policy)
+	var offer int64
+	if q, ok := device.Capacity[slice.CapacitySwap]; ok && reason == "" {
+		offer = q.Value.Value()
+	}
+	p.checkOvercommit(ctx, offer)
+	device.Taints = append(device.Taints, p.taints.list()...)
 	p.mu.Lock()
 	unchanged := p.state.synced && equality.Semantic.DeepEqual(device, p.state.device)
 	if facts.SwapBehaviorProblem != "" && facts.SwapBehaviorProblem != p.state.facts.SwapBehaviorProblem {
@@ -94,6 +130,47 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	p.mu.Unlock()
 	return true, nil
 }
+
+// checkOvercommit taints the device while the prepared claims hold more
+// swap than the node offers, telling the Node when it starts and ends.
+func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
+	if p.Prepared == nil {
+		return
+	}
+	prepared, err := p.Prepared()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot read the prepared claims; keeping the overcommit taint as it is")
+		return
+	}
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	if prepared > offer {
+		value := fmt.Sprintf("held-%dMi-offered-%dMi", prepared>>20, offer>>20)
+		if p.taints.set(TaintOvercommitted, value, now()) {
+			msg := fmt.Sprintf("Swap claims prepared on the node hold %s but the node offers %s now (its swap shrank or was turned off): "+
+				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end",
+				quantity(prepared), quantity(offer), TaintOvercommitted)
+			klog.FromContext(ctx).Info("Swap overcommitted: tainting the device", "node", p.NodeName, "prepared", prepared, "offer", offer)
+			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, msg)
+		}
+		return
+	}
+	if p.taints.clear(TaintOvercommitted) {
+		klog.FromContext(ctx).Info("Swap no longer overcommitted: taint removed", "node", p.NodeName, "prepared", prepared, "offer", offer)
+		p.nodeEvent(corev1.EventTypeNormal, ReasonOvercommitCleared, fmt.Sprintf(
+			"The node offers %s of swap again and its swap claims hold %s: taint %s removed", quantity(offer), quantity(prepared), TaintOvercommitted))
+	}
+}
+
+func (p *Publisher) nodeEvent(eventType, reason, message string) {
+	if p.NodeEvent != nil {
+		p.NodeEvent(eventType, reason, message)
+	}
+}
+
+func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
 
 // Run syncs every interval and whenever trigger fires, until ctx ends.
 // Errors are logged and retried at the next tick; the last published

@@ -104,3 +104,68 @@ func TestHealthReport(t *testing.T) {
 		t.Errorf("health after swapoff = %+v", h)
 	}
 }
+
+// When the node's swap shrinks below what its prepared claims hold, the
+// device is tainted so the scheduler allocates no more claims there, and
+// the Node is told; when swap returns, the taint goes.
+func TestPublisherOvercommitTaint(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	current := facts(1 << 30)
+	prepared := int64(768 << 20)
+	var published []resourceslice.DriverResources
+	type event struct{ eventType, reason, message string }
+	var events []event
+	p := &Publisher{
+		NodeName: "node-a",
+		Policy:   slice.Policy{OvercommitRatio: 1},
+		Discover: func(context.Context) (discovery.Facts, error) { return current, nil },
+		Publish: func(_ context.Context, r resourceslice.DriverResources) error {
+			published = append(published, r)
+			return nil
+		},
+		Prepared:  func() (int64, error) { return prepared, nil },
+		NodeEvent: func(eventType, reason, message string) { events = append(events, event{eventType, reason, message}) },
+	}
+	taints := func() []string {
+		var keys []string
+		for _, tt := range published[len(published)-1].Pools["node-a"].Slices[0].Devices[0].Taints {
+			keys = append(keys, tt.Key+"="+tt.Value+":"+string(tt.Effect))
+		}
+		return keys
+	}
+	sync := func(what string) {
+		t.Helper()
+		if _, err := p.Sync(ctx); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	sync("1Gi offered, 768Mi held")
+	if got := taints(); len(got) != 0 || len(events) != 0 {
+		t.Fatalf("taints %v, events %v; want none", got, events)
+	}
+	if got := p.Offer(); got != 1<<30 {
+		t.Errorf("Offer() = %d", got)
+	}
+	current = facts(512 << 20) // a swap file was turned off
+	sync("512Mi offered")
+	if got := taints(); len(got) != 1 || got[0] != TaintOvercommitted+"=held-768Mi-offered-512Mi:NoSchedule" {
+		t.Fatalf("taints %v, want %s", got, TaintOvercommitted)
+	}
+	if len(events) != 1 || events[0].eventType != "Warning" || events[0].reason != ReasonOvercommitted ||
+		!strings.Contains(events[0].message, "hold 768Mi but the node offers 512Mi") {
+		t.Fatalf("events %+v", events)
+	}
+	n := len(published)
+	sync("nothing changed")
+	if len(published) != n || len(events) != 1 {
+		t.Errorf("an unchanged overcommit republished (%d→%d) or told the Node again (%d events)", n, len(published), len(events))
+	}
+	current = facts(1 << 30)
+	sync("swap is back")
+	if got := taints(); len(got) != 0 {
+		t.Fatalf("taints %v after swap returned", got)
+	}
+	if len(events) != 2 || events[1].reason != ReasonOvercommitCleared {
+		t.Fatalf("events %+v", events)
+	}
+}

@@ -151,9 +151,15 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 
-	nodeLabels, trigger, err := watchNode(ctx, client, cfg.NodeName)
+	node, trigger, err := watchNode(ctx, client, cfg.NodeName)
 	if err != nil {
 		return err
+	}
+	nodeLabels := func() map[string]string {
+		if n := node(); n != nil {
+			return n.Labels
+		}
+		return nil
 	}
 	publisher := &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, NodeLabels: nodeLabels}
 	publisher.Discover = func(ctx context.Context) (discovery.Facts, error) {
@@ -169,6 +175,13 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)
+	publisher.NodeEvent = func(eventType, reason, message string) {
+		ref := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}}
+		if n := node(); n != nil {
+			ref.UID = n.UID
+		}
+		recorder.Eventf(ref, nil, eventType, reason, "PublishSwap", "%s", message)
+	}
 	verifier := &verify.Verifier{
 		StateDir:   cfg.HookStateDir,
 		CgroupRoot: filepath.Join(rootOf(cfg.Discovery), "sys", "fs", "cgroup"),
@@ -182,6 +195,10 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		probes.nri = nri.Status
 	}
 
+	pods, err := watchPods(ctx, client, cfg.NodeName)
+	if err != nil {
+		return err
+	}
 	manager := prepare.NewManager(prepare.Options{
 		DriverName: cfg.DriverName,
 		PoolName:   cfg.NodeName,
@@ -195,7 +212,13 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		},
 		AllowCriticalPods: cfg.AllowCriticalPods,
 		Recorded:          metrics.setPrepared,
-	}, writer, store, podGetter{client})
+		Offer:             publisher.Offer,
+		Events:            podEventSink{recorder},
+	}, writer, store, pods)
+	publisher.Prepared = func() (int64, error) {
+		_, swapBytes, err := manager.Prepared()
+		return swapBytes, err
+	}
 	d := &driver{poolName: cfg.NodeName, manager: manager, publisher: publisher, metrics: metrics, fatal: cancel}
 	if claims, swapBytes, err := manager.Prepared(); err != nil {
 		logger.Error(err, "Cannot read the prepared claims for the metrics")
@@ -287,8 +310,8 @@ func openCheckpoint(ctx context.Context, store *checkpoint.Store) error {
 	return nil
 }
 
-// watchNode follows the Node's labels; trigger fires when they change.
-func watchNode(ctx context.Context, client kubernetes.Interface, nodeName string) (func() map[string]string, <-chan struct{}, error) {
+// watchNode follows the Node; trigger fires when its labels change.
+func watchNode(ctx context.Context, client kubernetes.Interface, nodeName string) (func() *corev1.Node, <-chan struct{}, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
 	}))
@@ -317,18 +340,19 @@ func watchNode(ctx context.Context, client kubernetes.Interface, nodeName string
 	if !cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced) {
 		return nil, nil, fmt.Errorf("watch node %s: cache did not sync", nodeName)
 	}
-	labels := func() map[string]string {
+	get := func() *corev1.Node {
 		node, err := informer.Lister().Get(nodeName)
 		if err != nil {
 			return nil
 		}
-		return node.Labels
+		return node
 	}
-	return labels, trigger, nil
+	return get, trigger, nil
 }
 
-type podGetter struct{ client kubernetes.Interface }
+// podEventSink records prepare's events on pods.
+type podEventSink struct{ recorder events.EventRecorder }
 
-func (g podGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	return g.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+func (s podEventSink) PodEvent(pod *corev1.Pod, eventType, reason, message string) {
+	s.recorder.Eventf(pod, nil, eventType, reason, "PrepareSwapClaim", "%s", message)
 }

@@ -39,11 +39,13 @@ const (
 
 // Record is what the hook reports about one container.
 type Record struct {
-	Namespace     string    `json:"namespace"`
-	Pod           string    `json:"pod"`
-	PodUID        string    `json:"podUID"`
-	Container     string    `json:"container"`
-	LimitBytes    int64     `json:"limitBytes"`
+	Namespace  string `json:"namespace"`
+	Pod        string `json:"pod"`
+	PodUID     string `json:"podUID"`
+	Container  string `json:"container"`
+	LimitBytes int64  `json:"limitBytes"`
+	// PodLimitBytes is the pod's swap budget, when its containers share one.
+	PodLimitBytes *int64    `json:"podLimitBytes,omitempty"`
 	CgroupVersion int       `json:"cgroupVersion,omitempty"`
 	Error         string    `json:"error,omitempty"`
 	Time          time.Time `json:"time"`
@@ -193,8 +195,12 @@ func (e *Emitter) emit(r Record) {
 		return
 	}
 	limit := resource.NewQuantity(r.LimitBytes, resource.BinarySI)
+	budget := ""
+	if r.PodLimitBytes != nil {
+		budget = fmt.Sprintf("; the pod's containers share a swap budget of %s", resource.NewQuantity(*r.PodLimitBytes, resource.BinarySI))
+	}
 	e.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonApplied, "ApplySwapLimit",
-		"Swap limit %s applied to container %q on node %q (cgroup v%d)", limit.String(), r.Container, e.Node, r.CgroupVersion)
+		"Swap limit %s applied to container %q on node %q (cgroup v%d)%s", limit.String(), r.Container, e.Node, r.CgroupVersion, budget)
 }
 
 // Run flushes every interval until ctx ends.

@@ -11,16 +11,13 @@
 package prepare
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -28,7 +25,6 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/checkpoint"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
 )
 
 // maxSwapBytes bounds any limit the driver hands on (far above any real
@@ -37,8 +33,10 @@ const maxSwapBytes = int64(1) << 50
 
 // SpecWriter writes and removes per-claim CDI specs (pkg/cdi.Writer).
 type SpecWriter interface {
-	Write(edits cdi.ClaimEdits) (string, error)
+	Write(edits cdi.ClaimEdits) error
 	Remove(claimUID string) error
+	// Has reports whether the claim has a spec.
+	Has(claimUID string) (bool, error)
 	// Claims lists the claims that have a spec.
 	Claims() ([]string, error)
 }
@@ -59,6 +57,15 @@ type PodGetter interface {
 	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 }
 
+// EventSink tells a pod what prepare did that it should know.
+type EventSink interface {
+	PodEvent(pod *corev1.Pod, eventType, reason, message string)
+}
+
+// ReasonSwapNotGranted is the event reason for a claim that was prepared
+// but grants no swap (admin access).
+const ReasonSwapNotGranted = "SwapNotGranted"
+
 // Options configure a Manager.
 type Options struct {
 	// DriverName is the driver whose allocation results are handled.
@@ -75,6 +82,12 @@ type Options struct {
 	// prepare or unprepare (the claims prepared on the node and the swap
 	// they grant), from the checkpoint that call read, for the metrics.
 	Recorded func(claims int, swapBytes int64)
+	// Offer, if set, returns the swap the node offers now (negative when
+	// not known yet). A claim that would take the prepared claims above it
+	// is refused: it was allocated against an earlier, larger offer.
+	Offer func() int64
+	// Events, if set, receives events for the pods that use a claim.
+	Events EventSink
 }
 
 // Manager prepares and unprepares claims. It is safe for concurrent use,
@@ -159,11 +172,13 @@ var errUnchanged = errors.New("checkpoint unchanged")
 
 // claimPlan is what prepare decided for one claim before any I/O.
 type claimPlan struct {
-	claim   *resourceapi.ResourceClaim
-	results []resourceapi.DeviceRequestAllocationResult
-	bytes   int64
-	config  *v1alpha1.SwapConfig
-	// pods are the pods in the claim's reservedFor that exist.
+	claim *resourceapi.ResourceClaim
+	// results are the claim's allocation results of this driver.
+	results []resultPlan
+	// bytes is the swap the claim grants: what the scheduler charged.
+	bytes int64
+	// pods are the pods in the claim's reservedFor that exist, in that
+	// order: the first is the one the claim is granted to.
 	pods []*corev1.Pod
 }
 
@@ -185,7 +200,8 @@ func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceCla
 	}
 
 	var plans []*claimPlan
-	batch := map[types.NamespacedName]int64{}
+	// The kubelet passes the claims of one pod, so of one namespace.
+	batch := map[types.NamespacedName]*claimPlan{}
 	for _, claim := range claims {
 		plan, err := m.plan(claim)
 		if err != nil {
@@ -193,7 +209,7 @@ func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceCla
 			continue
 		}
 		plans = append(plans, plan)
-		batch[types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}] = plan.bytes
+		batch[types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}] = plan
 	}
 	// Pod lookups go to the API server: not while holding the lock.
 	ready := plans[:0]
@@ -249,126 +265,150 @@ func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceCla
 		}
 		logger.V(2).Info("Prepared swap claim", "claim", klog.KObj(claim), "uid", claim.UID, "swapBytes", plan.bytes)
 		results[claim.UID] = kubeletplugin.PrepareResult{Devices: prepared[claim.UID]}
+		m.tellAdminAccess(plan)
 	}
 	return results
+}
+
+// tellAdminAccess tells the pods of a claim with admin-access results that
+// those grant no swap.
+func (m *Manager) tellAdminAccess(plan *claimPlan) {
+	if m.opts.Events == nil {
+		return
+	}
+	for _, r := range plan.results {
+		if !r.admin {
+			continue
+		}
+		for _, pod := range plan.pods {
+			m.opts.Events.PodEvent(pod, corev1.EventTypeNormal, ReasonSwapNotGranted, fmt.Sprintf(
+				"Request %q of claim %s was allocated with admin access, which the scheduler does not charge, so it grants no swap; "+
+					"the claim was prepared for observation only", r.result.Request, plan.claim.Name))
+		}
+	}
 }
 
 func claimError(claim *resourceapi.ResourceClaim, err error) error {
 	return fmt.Errorf("prepare swap claim %s/%s (%s): %w", claim.Namespace, claim.Name, claim.UID, err)
 }
 
-// plan validates a claim's allocation and configuration without I/O.
-func (m *Manager) plan(claim *resourceapi.ResourceClaim) (*claimPlan, error) {
-	if claim.Status.Allocation == nil {
-		return nil, errors.New("claim is not allocated")
-	}
-	plan := &claimPlan{claim: claim}
-	requests := map[string]bool{}
-	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != m.opts.DriverName {
-			continue
-		}
-		if r.Pool != m.opts.PoolName || r.Device != slice.DeviceName {
-			return nil, fmt.Errorf("request %q was allocated device %s/%s, which is not this node's swap device %s/%s",
-				r.Request, r.Pool, r.Device, m.opts.PoolName, slice.DeviceName)
-		}
-		q, ok := r.ConsumedCapacity[slice.CapacitySwap]
-		if !ok {
-			return nil, fmt.Errorf("request %q has no consumed %q capacity: the cluster must allocate consumable capacity (DRAConsumableCapacity, on by default from Kubernetes 1.36)", r.Request, slice.CapacitySwap)
-		}
-		b := q.Value()
-		if b == 0 {
-			return nil, fmt.Errorf("request %q consumed no swap: the node offers none (its device carries the taint %s, which the claim tolerates)", r.Request, slice.TaintNoUsableSwap)
-		}
-		if b < 0 || b > maxSwapBytes {
-			return nil, fmt.Errorf("request %q consumed %s of swap, outside 1..%d bytes", r.Request, q.String(), maxSwapBytes)
-		}
-		plan.bytes += b
-		plan.results = append(plan.results, r)
-		requests[r.Request] = true
-	}
-	if len(plan.results) == 0 {
-		return nil, fmt.Errorf("no device of driver %s is allocated to the claim", m.opts.DriverName)
-	}
-	config, err := m.config(claim.Status.Allocation.Devices.Config, requests)
-	if err != nil {
-		return nil, err
-	}
-	plan.config = config
-	return plan, nil
-}
-
-// config decodes and merges the driver's opaque configs that apply to the
-// claim's swap requests: those of the DeviceClass first, then the claim's.
-func (m *Manager) config(configs []resourceapi.DeviceAllocationConfiguration, requests map[string]bool) (*v1alpha1.SwapConfig, error) {
-	configs = slices.Clone(configs)
-	slices.SortStableFunc(configs, func(a, b resourceapi.DeviceAllocationConfiguration) int {
-		return cmp.Compare(sourceRank(a.Source), sourceRank(b.Source))
-	})
-	var decoded []*v1alpha1.SwapConfig
-	for i, c := range configs {
-		if c.Opaque == nil || c.Opaque.Driver != m.opts.DriverName {
-			continue
-		}
-		if len(c.Requests) > 0 && !slices.ContainsFunc(c.Requests, func(r string) bool { return requests[r] }) {
-			continue
-		}
-		sc, err := m.decoder.Decode(c.Opaque.Parameters.Raw)
-		if err != nil {
-			return nil, fmt.Errorf("config %d (from %s): %w", i, c.Source, err)
-		}
-		decoded = append(decoded, sc)
-	}
-	merged := v1alpha1.Merge(decoded...)
-	if errs := merged.ValidateForCgroupVersion(m.opts.CgroupVersion()); len(errs) > 0 {
-		return nil, fmt.Errorf("config does not fit this node: %w", errs.ToAggregate())
-	}
-	return merged, nil
-}
-
-func sourceRank(s resourceapi.AllocationConfigSource) int {
-	if s == resourceapi.AllocationConfigSourceClass {
-		return 0
-	}
-	return 1
-}
-
 // apply writes the claim's spec and records it in cp; isNew reports that
-// cp did not hold the claim before. On failure cp is unchanged.
-func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]int64) (devices []kubeletplugin.Device, isNew bool, err error) {
+// cp did not hold the claim before. On failure cp is unchanged. A claim
+// that cp holds and whose spec exists is answered as recorded: the kubelet
+// may already have handed its device IDs to containers.
+func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]*claimPlan) (devices []kubeletplugin.Device, isNew bool, err error) {
 	claim := plan.claim
-	envBytes := m.envBytes(ctx, cp, plan, batch)
-	edits := cdi.ClaimEdits{ClaimUID: string(claim.UID), SwapLimitBytes: plan.bytes, EnvBytes: envBytes}
-	if p := plan.config.SwapHighPercent; p != nil {
-		high := plan.bytes * int64(*p) / 100
-		edits.SwapHighBytes = &high
+	if info, ok := cp.Claims[claim.UID]; ok {
+		has, err := m.specs.Has(string(claim.UID))
+		if err != nil {
+			return nil, false, err
+		}
+		if has {
+			return recordedDevices(info), false, nil
+		}
+	} else if err := m.checkOffer(cp, plan); err != nil {
+		return nil, false, err
 	}
-	switch plan.config.Zswap {
-	case v1alpha1.ZswapEnabled:
-		edits.Zswap = cdi.ZswapOn
-	case v1alpha1.ZswapDisabled:
-		edits.Zswap = cdi.ZswapOff
-	}
-	edits.Swappiness = plan.config.Swappiness
-
 	_, wasPrepared := cp.Claims[claim.UID]
-	id, err := m.specs.Write(edits)
-	if err != nil {
+	edits := m.edits(ctx, cp, plan, batch)
+	if err := m.specs.Write(edits); err != nil {
 		return nil, false, err
 	}
 	devices = make([]kubeletplugin.Device, 0, len(plan.results))
 	saved := make([]checkpoint.PreparedDevice, 0, len(plan.results))
 	for _, r := range plan.results {
-		d := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID, CDIDeviceIDs: []string{id}}
+		d := kubeletplugin.Device{Requests: []string{r.result.Request}, PoolName: r.result.Pool, DeviceName: r.result.Device,
+			ShareID: r.result.ShareID, CDIDeviceIDs: []string{cdi.DeviceID(string(claim.UID), r.index)}}
 		devices = append(devices, d)
 		saved = append(saved, checkpoint.PreparedDevice{
 			Requests: d.Requests, PoolName: d.PoolName, DeviceName: d.DeviceName, ShareID: d.ShareID, CDIDeviceIDs: d.CDIDeviceIDs,
 		})
 	}
+	var envBytes int64
+	if len(edits.Devices) > 0 {
+		envBytes = edits.Devices[0].EnvBytes
+	}
 	cp.Claims[claim.UID] = checkpoint.ClaimInfo{
 		Namespace: claim.Namespace, Name: claim.Name, SwapBytes: plan.bytes, EnvBytes: envBytes, Devices: saved,
 	}
 	return devices, !wasPrepared, nil
+}
+
+func recordedDevices(info checkpoint.ClaimInfo) []kubeletplugin.Device {
+	devices := make([]kubeletplugin.Device, 0, len(info.Devices))
+	for _, d := range info.Devices {
+		devices = append(devices, kubeletplugin.Device{Requests: d.Requests, PoolName: d.PoolName, DeviceName: d.DeviceName,
+			ShareID: d.ShareID, CDIDeviceIDs: d.CDIDeviceIDs})
+	}
+	return devices
+}
+
+// checkOffer refuses a new claim when the node's swap no longer covers the
+// prepared claims and it: swap was turned off or shrank since the
+// scheduler allocated the claim against the larger offer.
+func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
+	if m.opts.Offer == nil || plan.bytes == 0 {
+		return nil
+	}
+	offer := m.opts.Offer()
+	if offer < 0 {
+		return nil
+	}
+	_, prepared := totals(cp)
+	if prepared+plan.bytes <= offer {
+		return nil
+	}
+	return fmt.Errorf("the node offers %s of swap now and its prepared claims hold %s, so the %s this claim was allocated cannot be granted "+
+		"(the node's swap shrank after the claim was allocated; delete the pod to have it scheduled again)",
+		quantity(offer), quantity(prepared), quantity(plan.bytes))
+}
+
+func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
+
+// edits are the claim's CDI edits: one device per result, each with its
+// own bytes and config; the pod the claim is granted to and, when its
+// containers share claims, the pod's budget.
+func (m *Manager) edits(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]*claimPlan) cdi.ClaimEdits {
+	claim := plan.claim
+	edits := cdi.ClaimEdits{ClaimUID: string(claim.UID)}
+	var pt podTotals
+	if pod := plan.grantedPod(); pod != nil {
+		edits.PodUID = string(pod.UID)
+		byName := map[string]*claimPlan{}
+		for key, p := range batch {
+			if key.Namespace == claim.Namespace {
+				byName[key.Name] = p
+			}
+		}
+		var conflicts []string
+		pt, conflicts = totalsFor(pod, sharesFrom(claim.Namespace, byName, cp))
+		if len(conflicts) > 0 {
+			klog.FromContext(ctx).Info("Claim reaches containers with different swap totals; their DRA_SWAP_LIMIT_BYTES shows the claim's own limit",
+				"claim", klog.KObj(claim), "pod", klog.KObj(pod), "shares", conflicts)
+		}
+		edits.PodSwapLimitBytes = pt.budget
+	}
+	for _, r := range plan.results {
+		d := cdi.DeviceEdits{ResultIndex: r.index, AdminAccess: r.admin, SwapLimitBytes: r.bytes, EnvBytes: r.bytes}
+		if env, ok := pt.env[share{claim: claim.Name, index: r.index}.key()]; ok {
+			d.EnvBytes = env
+		}
+		if !r.admin {
+			if p := r.config.SwapHighPercent; p != nil {
+				high := r.bytes * int64(*p) / 100
+				d.SwapHighBytes = &high
+			}
+			switch r.config.Zswap {
+			case v1alpha1.ZswapEnabled:
+				d.Zswap = cdi.ZswapOn
+			case v1alpha1.ZswapDisabled:
+				d.Zswap = cdi.ZswapOff
+			}
+			d.Swappiness = r.config.Swappiness
+		}
+		edits.Devices = append(edits.Devices, d)
+	}
+	return edits
 }
 
 // Unprepare removes the claims' specs and checkpoint entries. A claim that
@@ -415,121 +455,4 @@ func (m *Manager) Unprepare(ctx context.Context, claims []kubeletplugin.Namespac
 		results[c.UID] = nil
 	}
 	return results
-}
-
-// lookUpPods finds the pods in the claim's reservedFor (those that no
-// longer exist are skipped) and refuses critical pods unless allowed.
-func (m *Manager) lookUpPods(ctx context.Context, plan *claimPlan) error {
-	claim := plan.claim
-	for _, ref := range claim.Status.ReservedFor {
-		if ref.APIGroup != "" || ref.Resource != "pods" {
-			continue
-		}
-		pod, err := m.pods.GetPod(ctx, claim.Namespace, ref.Name)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("look up pod %s/%s that uses the claim: %w", claim.Namespace, ref.Name, err)
-		}
-		if pod.UID != ref.UID {
-			continue
-		}
-		if isCritical(pod) && !m.opts.AllowCriticalPods {
-			return fmt.Errorf("pod %s/%s has priority class %s: critical pods never swap (an admin can allow it with --allow-critical-pods)",
-				pod.Namespace, pod.Name, pod.Spec.PriorityClassName)
-		}
-		plan.pods = append(plan.pods, pod)
-	}
-	return nil
-}
-
-// envBytes is the DRA_SWAP_LIMIT_BYTES value of the claim's spec: the total
-// swap limit of the containers that use it, which is the sum over all the
-// swap claims of such a container (those in this call, then those in the
-// checkpoint cp). When the claim reaches containers whose totals differ (a
-// claim shared by containers that hold different other swap claims), no
-// single value is right for all: the claim's own bytes are used and the
-// cgroup limits, which the hook sums per container, stay exact.
-func (m *Manager) envBytes(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]int64) int64 {
-	claim := plan.claim
-	totals := map[int64]bool{}
-	for _, pod := range plan.pods {
-		for _, t := range ContainerTotals(pod, claim.Name, func(name string) int64 { return claimBytes(cp, claim.Namespace, name, batch) }) {
-			totals[t] = true
-		}
-	}
-	if len(totals) == 1 {
-		for t := range totals {
-			return t
-		}
-	}
-	if len(totals) > 1 {
-		klog.FromContext(ctx).Info("Claim reaches containers with different swap totals; DRA_SWAP_LIMIT_BYTES shows the claim's own limit",
-			"claim", klog.KObj(claim), "totals", slices.Sorted(maps.Keys(totals)))
-	}
-	return plan.bytes
-}
-
-func claimBytes(cp *checkpoint.Checkpoint, namespace, name string, batch map[types.NamespacedName]int64) int64 {
-	if b, ok := batch[types.NamespacedName{Namespace: namespace, Name: name}]; ok {
-		return b
-	}
-	for _, c := range cp.Claims {
-		if c.Namespace == namespace && c.Name == name {
-			return c.SwapBytes
-		}
-	}
-	return 0 // not a swap claim of this driver
-}
-
-func isCritical(pod *corev1.Pod) bool {
-	switch pod.Spec.PriorityClassName {
-	case "system-node-critical", "system-cluster-critical":
-		return true
-	}
-	return false
-}
-
-// ContainerTotals returns, for each container of the pod that uses the
-// ResourceClaim named claimName, the sum of bytesOf over the distinct
-// ResourceClaims that container uses. bytesOf returns 0 for claims that
-// grant no swap.
-func ContainerTotals(pod *corev1.Pod, claimName string, bytesOf func(claimName string) int64) []int64 {
-	// Pod-level claim name -> ResourceClaim name.
-	resolved := map[string]string{}
-	for _, pc := range pod.Spec.ResourceClaims {
-		if pc.ResourceClaimName != nil {
-			resolved[pc.Name] = *pc.ResourceClaimName
-		}
-	}
-	for _, s := range pod.Status.ResourceClaimStatuses {
-		if s.ResourceClaimName != nil {
-			resolved[s.Name] = *s.ResourceClaimName
-		}
-	}
-	var totals []int64
-	visit := func(c *corev1.Container) {
-		used := map[string]bool{}
-		for _, ref := range c.Resources.Claims {
-			if name, ok := resolved[ref.Name]; ok {
-				used[name] = true
-			}
-		}
-		if !used[claimName] {
-			return
-		}
-		var total int64
-		for name := range used {
-			total += bytesOf(name)
-		}
-		totals = append(totals, total)
-	}
-	for i := range pod.Spec.InitContainers {
-		visit(&pod.Spec.InitContainers[i])
-	}
-	for i := range pod.Spec.Containers {
-		visit(&pod.Spec.Containers[i])
-	}
-	return totals
 }

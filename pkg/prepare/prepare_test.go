@@ -149,6 +149,9 @@ type claimOpt func(*resourceapi.ResourceClaim)
 func newClaim(uid, name string, bytes int64, opts ...claimOpt) *resourceapi.ResourceClaim {
 	c := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "swap", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "dra.swap"},
+		}}}},
 		Status: resourceapi.ResourceClaimStatus{
 			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
 				Results: []resourceapi.DeviceRequestAllocationResult{{
@@ -166,14 +169,19 @@ func newClaim(uid, name string, bytes int64, opts ...claimOpt) *resourceapi.Reso
 	return c
 }
 
-func withConfig(source resourceapi.AllocationConfigSource, raw string) claimOpt {
+// withConfig adds an opaque config to the allocation the way the
+// scheduler does; one from the claim is in the claim's spec too.
+func withConfig(source resourceapi.AllocationConfigSource, raw string, requests ...string) claimOpt {
 	return func(c *resourceapi.ResourceClaim) {
+		config := resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(raw)},
+		}}
 		c.Status.Allocation.Devices.Config = append(c.Status.Allocation.Devices.Config, resourceapi.DeviceAllocationConfiguration{
-			Source: source,
-			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(raw)},
-			}},
+			Source: source, Requests: requests, DeviceConfiguration: config,
 		})
+		if source == resourceapi.AllocationConfigSourceClaim {
+			c.Spec.Devices.Config = append(c.Spec.Devices.Config, resourceapi.DeviceClaimConfiguration{Requests: requests, DeviceConfiguration: config})
+		}
 	}
 }
 
@@ -199,6 +207,19 @@ func pod(containers map[string][]string, claims ...string) *corev1.Pod {
 	return p
 }
 
+// devicesString prints devices with their share IDs' values.
+func devicesString(devices []kubeletplugin.Device) string {
+	var b strings.Builder
+	for _, d := range devices {
+		share := "<nil>"
+		if d.ShareID != nil {
+			share = string(*d.ShareID)
+		}
+		fmt.Fprintf(&b, "{%v %s %s %v %s}", d.Requests, d.PoolName, d.DeviceName, d.CDIDeviceIDs, share)
+	}
+	return b.String()
+}
+
 func envValue(s *cdispec.Spec) string {
 	return strings.TrimPrefix(s.Devices[0].ContainerEdits.Env[0], cdi.EnvSwapLimit+"=")
 }
@@ -218,7 +239,7 @@ func TestPrepareOneClaim(t *testing.T) {
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	want := kubeletplugin.Device{Requests: []string{"swap"}, PoolName: node, DeviceName: "swap", CDIDeviceIDs: []string{"dra.swap/swap=" + uidA}}
+	want := kubeletplugin.Device{Requests: []string{"swap"}, PoolName: node, DeviceName: "swap", CDIDeviceIDs: []string{"dra.swap/swap=" + uidA + "-0"}}
 	if len(r.Devices) != 1 || fmt.Sprint(r.Devices[0].Requests, r.Devices[0].PoolName, r.Devices[0].DeviceName, r.Devices[0].CDIDeviceIDs) !=
 		fmt.Sprint(want.Requests, want.PoolName, want.DeviceName, want.CDIDeviceIDs) || r.Devices[0].ShareID == nil {
 		t.Fatalf("devices = %+v", r.Devices)
@@ -243,7 +264,7 @@ func TestPrepareOneClaim(t *testing.T) {
 			e.restart()
 		}
 		again := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]
-		if again.Err != nil || fmt.Sprint(again.Devices) != fmt.Sprint(r.Devices) {
+		if again.Err != nil || devicesString(again.Devices) != devicesString(r.Devices) {
 			t.Fatalf("prepare #%d = %+v, want %+v", i+2, again, r)
 		}
 		if files := e.specFiles(); len(files) != 1 || len(e.checkpointed()) != 1 {
@@ -333,19 +354,59 @@ func TestPrepareConfig(t *testing.T) {
 			name:    "unknown field",
 			cgroup:  1,
 			opts:    []claimOpt{withConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","limit":"1Gi"}`)},
-			wantErr: `config 0 (from FromClaim): decode dra.swap/v1alpha1 SwapConfig: strict decoding error: unknown field "limit"`,
+			wantErr: `spec.devices.config[0].opaque.parameters: Invalid value: decode dra.swap/v1alpha1 SwapConfig: strict decoding error: unknown field "limit"`,
 		},
 		{
 			name:    "invalid value",
 			cgroup:  2,
 			opts:    []claimOpt{withConfig(resourceapi.AllocationConfigSourceClass, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":500}`)},
-			wantErr: "swapHighPercent: Invalid value: 500",
+			wantErr: `DeviceClass dra.swap (its config for request "swap"): spec.config.opaque.parameters.swapHighPercent: Invalid value: 500`,
 		},
 		{
 			name:    "v2 knob on a v1 node",
 			cgroup:  1,
 			opts:    []claimOpt{withConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","zswap":"Enabled"}`)},
-			wantErr: "config does not fit this node: zswap: Forbidden",
+			wantErr: "spec.devices.config[0].opaque.parameters.zswap: Forbidden: memory.zswap.max exists only on cgroup v2; this node uses cgroup v1",
+		},
+		{
+			name:   "the user's index: the second config of the claim, after a class's",
+			cgroup: 1,
+			opts: []claimOpt{
+				withConfig(resourceapi.AllocationConfigSourceClass, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swappiness":5}`),
+				func(c *resourceapi.ResourceClaim) {
+					// A config for another driver comes first in the claim.
+					c.Spec.Devices.Config = append(c.Spec.Devices.Config, resourceapi.DeviceClaimConfiguration{
+						DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.example.com"}}})
+				},
+				withConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swappiness":101}`),
+			},
+			wantErr: "spec.devices.config[1].opaque.parameters.swappiness: Invalid value: 101",
+		},
+		{
+			name:   "a config naming the request applies to the subrequest the scheduler chose",
+			cgroup: 1,
+			opts: []claimOpt{
+				func(c *resourceapi.ResourceClaim) {
+					c.Spec.Devices.Requests[0] = resourceapi.DeviceRequest{Name: "swap", FirstAvailable: []resourceapi.DeviceSubRequest{
+						{Name: "fast", DeviceClassName: "dra.swap-fast"}, {Name: "any", DeviceClassName: "dra.swap"}}}
+					c.Status.Allocation.Devices.Results[0].Request = "swap/fast"
+				},
+				withConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swappiness":7}`, "swap"),
+			},
+			wantArgs: []string{"--swappiness=7"},
+		},
+		{
+			name:   "a class config of the chosen subrequest names its class",
+			cgroup: 1,
+			opts: []claimOpt{
+				func(c *resourceapi.ResourceClaim) {
+					c.Spec.Devices.Requests[0] = resourceapi.DeviceRequest{Name: "swap", FirstAvailable: []resourceapi.DeviceSubRequest{
+						{Name: "fast", DeviceClassName: "dra.swap-fast"}, {Name: "any", DeviceClassName: "dra.swap"}}}
+					c.Status.Allocation.Devices.Results[0].Request = "swap/fast"
+				},
+				withConfig(resourceapi.AllocationConfigSourceClass, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","zswap":"Enabled"}`, "swap/fast"),
+			},
+			wantErr: `DeviceClass dra.swap-fast (its config for request "swap/fast"): spec.config.opaque.parameters.zswap: Forbidden`,
 		},
 		{
 			name:   "another driver's config is ignored",
@@ -549,9 +610,14 @@ func TestContainerTotalsInitContainersAndDirectClaims(t *testing.T) {
 		InitContainers: []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "direct"}}}}},
 		Containers:     []corev1.Container{{Name: "main"}},
 	}}
-	got := ContainerTotals(p, "real-claim", func(string) int64 { return 5 })
-	if fmt.Sprint(got) != "[5]" {
-		t.Fatalf("totals = %v", got)
+	got := containerShares(p, func(name string) []share {
+		if name == "real-claim" {
+			return []share{{claim: name, index: 0, request: "swap", bytes: 5}}
+		}
+		return nil
+	})
+	if fmt.Sprint(got) != "[[{real-claim 0 swap 5}] []]" {
+		t.Fatalf("shares = %v", got)
 	}
 }
 
@@ -600,7 +666,7 @@ func TestRemoveOrphanSpecs(t *testing.T) {
 	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{newClaim(uidA, "swap", 300*mi)})[uidA]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if _, err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidB, SwapLimitBytes: mi, EnvBytes: mi}); err != nil {
+	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidB, Devices: []cdi.DeviceEdits{{SwapLimitBytes: mi, EnvBytes: mi}}}); err != nil {
 		t.Fatal(err)
 	}
 	other := filepath.Join(e.specDir, "vendor.example-gpu_"+uidB+".json")

@@ -28,16 +28,27 @@ import (
 // Unreadable is the found value of a limit that could not be read.
 const Unreadable = math.MinInt64
 
+// Drift is a limit that was not what the records say.
+type Drift struct {
+	Container hookstate.Container
+	// Pod says the drifted limit is the pod's swap budget (the
+	// container's parent cgroup), not the container's own limit.
+	Pod bool
+	// Found is what was read (Unreadable if it could not be), Want what
+	// the records say.
+	Found, Want int64
+	// Trigger says what made the verifier look ("interval", "update",
+	// "start-up", …).
+	Trigger string
+}
+
 // Reporter is told about every drift.
 type Reporter interface {
-	// Restored: the container's limit read found bytes instead of the
-	// recorded want; want was written and read back. trigger says what
-	// made the verifier look ("interval", "update", "start-up", …).
-	Restored(ctx context.Context, c hookstate.Container, found, want int64, trigger string)
-	// NotRestored: the limit differs and writing it failed, or it still
-	// differs after writing, or it could not be read (found is
-	// Unreadable).
-	NotRestored(ctx context.Context, c hookstate.Container, found, want int64, trigger string, err error)
+	// Restored: want was written and read back.
+	Restored(ctx context.Context, d Drift)
+	// NotRestored: writing failed, or the limit still differs after
+	// writing, or it could not be read (Found is Unreadable).
+	NotRestored(ctx context.Context, d Drift, err error)
 }
 
 // Outcome is what one check of one container did.
@@ -91,54 +102,81 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string) (Outc
 	if err != nil {
 		return Failed, err
 	}
-	want, claims, err := hookstate.Sum(dir)
+	totals, err := hookstate.Sum(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Gone, nil
 	}
 	if err != nil {
 		return Failed, fmt.Errorf("container %s: %w", c, err)
 	}
-	if claims == 0 {
+	if totals.Shares == 0 {
 		return Held, nil // the hook wrote the container record, not yet a share
 	}
-	found, err := cgroupswap.ReadLimit(c.CgroupVersion, v.CgroupRoot, c.CgroupGroup)
+	outcome, err := v.hold(ctx, c, c.Target(v.CgroupRoot), false, totals.Container, trigger)
+	if outcome == Gone || outcome == Failed {
+		return outcome, err
+	}
+	if pod, ok := c.PodTarget(v.CgroupRoot); ok && totals.PodSwapLimit != nil {
+		podOutcome, err := v.hold(ctx, c, pod, true, cgroupswap.Settings{SwapLimit: *totals.PodSwapLimit}, trigger)
+		switch {
+		case podOutcome == Failed:
+			return Failed, err
+		case podOutcome == Restored:
+			outcome = Restored
+		}
+	}
+	return outcome, nil
+}
+
+// hold reads one cgroup's swap limit and writes want back if it differs.
+func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgroupswap.Target, pod bool, want cgroupswap.Settings, trigger string) (Outcome, error) {
+	d := Drift{Container: c, Pod: pod, Want: want.SwapLimit, Trigger: trigger}
+	found, err := cgroupswap.ReadLimit(target.Version, target.Root, target.Group)
 	if err != nil {
-		if v.gone(c) {
+		if v.gone(target) {
 			return Gone, nil
 		}
-		v.Reporter.NotRestored(ctx, c, Unreadable, want.SwapLimit, trigger, err)
-		return Failed, fmt.Errorf("container %s: read its swap limit: %w", c, err)
+		d.Found = Unreadable
+		v.Reporter.NotRestored(ctx, d, err)
+		return Failed, fmt.Errorf("%s: read its swap limit: %w", describe(target), err)
 	}
 	if found == want.SwapLimit {
 		return Held, nil
 	}
-	target := c.Target(v.CgroupRoot)
+	d.Found = found
 	if err := cgroupswap.Apply(target, want); err != nil {
-		if v.gone(c) {
+		if v.gone(target) {
 			return Gone, nil
 		}
-		v.Reporter.NotRestored(ctx, c, found, want.SwapLimit, trigger, err)
+		v.Reporter.NotRestored(ctx, d, err)
 		return Failed, err
 	}
-	after, err := cgroupswap.ReadLimit(c.CgroupVersion, v.CgroupRoot, c.CgroupGroup)
+	after, err := cgroupswap.ReadLimit(target.Version, target.Root, target.Group)
 	if err == nil && after != want.SwapLimit {
 		err = fmt.Errorf("wrote %d but read back %d", want.SwapLimit, after)
 	}
 	if err != nil {
-		v.Reporter.NotRestored(ctx, c, found, want.SwapLimit, trigger, err)
-		return Failed, fmt.Errorf("container %s: %w", c, err)
+		v.Reporter.NotRestored(ctx, d, err)
+		return Failed, fmt.Errorf("%s: %w", describe(target), err)
 	}
-	klog.FromContext(ctx).Info("Swap limit restored", "container", c.String(), "containerID", c.ID,
+	klog.FromContext(ctx).Info("Swap limit restored", "container", c.String(), "containerID", c.ID, "podBudget", pod,
 		"found", found, "wrote", want.SwapLimit, "trigger", trigger)
-	v.Reporter.Restored(ctx, c, found, want.SwapLimit, trigger)
+	v.Reporter.Restored(ctx, d)
 	return Restored, nil
 }
 
-// gone reports whether the container's cgroup directory is gone.
-func (v *Verifier) gone(c hookstate.Container) bool {
-	dir := filepath.Join(v.CgroupRoot, c.CgroupGroup)
-	if c.CgroupVersion == 1 {
-		dir = filepath.Join(v.CgroupRoot, "memory", c.CgroupGroup)
+func describe(t cgroupswap.Target) string {
+	if t.Pod {
+		return "pod " + t.Container
+	}
+	return "container " + t.Container
+}
+
+// gone reports whether the target's cgroup directory is gone.
+func (v *Verifier) gone(t cgroupswap.Target) bool {
+	dir := filepath.Join(t.Root, t.Group)
+	if t.Version == 1 {
+		dir = filepath.Join(t.Root, "memory", t.Group)
 	}
 	_, err := os.Stat(dir)
 	return errors.Is(err, fs.ErrNotExist)

@@ -3,11 +3,14 @@ package verify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
 )
@@ -24,6 +27,7 @@ const (
 
 type report struct {
 	restored    bool
+	pod         bool
 	found, want int64
 	trigger     string
 	err         error
@@ -31,12 +35,12 @@ type report struct {
 
 type fakeReporter struct{ reports []report }
 
-func (f *fakeReporter) Restored(_ context.Context, _ hookstate.Container, found, want int64, trigger string) {
-	f.reports = append(f.reports, report{restored: true, found: found, want: want, trigger: trigger})
+func (f *fakeReporter) Restored(_ context.Context, d Drift) {
+	f.reports = append(f.reports, report{restored: true, pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger})
 }
 
-func (f *fakeReporter) NotRestored(_ context.Context, _ hookstate.Container, found, want int64, trigger string, err error) {
-	f.reports = append(f.reports, report{found: found, want: want, trigger: trigger, err: err})
+func (f *fakeReporter) NotRestored(_ context.Context, d Drift, err error) {
+	f.reports = append(f.reports, report{pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger, err: err})
 }
 
 func write(t *testing.T, path, content string) {
@@ -132,6 +136,53 @@ func TestCheck(t *testing.T) {
 				t.Errorf("reports %+v, want none", rep.reports)
 			case tc.wantReport != nil && (len(rep.reports) != 1 || rep.reports[0] != *tc.wantReport):
 				t.Errorf("reports %+v, want %+v", rep.reports, *tc.wantReport)
+			}
+		})
+	}
+}
+
+// The pod's budget, kept in the container's parent cgroup when its
+// containers share a claim, is held like the container's own limit.
+func TestCheckPodBudget(t *testing.T) {
+	for _, version := range []int{1, 2} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			n := newNode(t, version)
+			dir := filepath.Join(n.stateDir, ctrID)
+			c, err := hookstate.ReadContainer(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.PodCgroupGroup = filepath.Dir(group)
+			if err := hookstate.WriteContainer(dir, c); err != nil {
+				t.Fatal(err)
+			}
+			if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{SwapLimit: 100 * mi, PodSwapLimit: ptr.To(100 * mi)}); err != nil {
+				t.Fatal(err)
+			}
+			podFile, podWant := filepath.Join(n.cgroupRoot, filepath.Dir(group), "memory.swap.max"), "104857600"
+			if version == 1 {
+				podDir := filepath.Join(n.cgroupRoot, "memory", filepath.Dir(group))
+				write(t, filepath.Join(podDir, "memory.limit_in_bytes"), "268435456\n")
+				podFile, podWant = filepath.Join(podDir, "memory.memsw.limit_in_bytes"), "373293056"
+				write(t, n.file, "239075328\n")
+			} else {
+				write(t, n.file, "104857600\n")
+			}
+			write(t, podFile, "max\n") // systemd's daemon-reload put the default back
+			rep := &fakeReporter{}
+			v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+			got, err := v.Check(context.Background(), ctrID, "test")
+			if err != nil || got != Restored {
+				t.Fatalf("Check = %s, %v; want restored", got, err)
+			}
+			if f := read(t, podFile); f != podWant {
+				t.Errorf("pod %s = %s, want %s", filepath.Base(podFile), f, podWant)
+			}
+			if len(rep.reports) != 1 || !rep.reports[0].pod || rep.reports[0].want != 100*mi {
+				t.Errorf("reports %+v, want one restore of the pod budget", rep.reports)
+			}
+			if got, err := v.Check(context.Background(), ctrID, "test"); err != nil || got != Held {
+				t.Errorf("second Check = %s, %v; want held", got, err)
 			}
 		})
 	}

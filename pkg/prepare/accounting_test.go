@@ -1,0 +1,275 @@
+package prepare
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/cdi"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/checkpoint"
+)
+
+const otherPodID = "00000000-0000-4000-8000-0000000000f1"
+
+// withResult adds another allocation result of the claim for request.
+func withResult(request string, bytes int64) claimOpt {
+	return func(c *resourceapi.ResourceClaim) {
+		c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, resourceapi.DeviceRequest{
+			Name: request, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "dra.swap"}})
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: request, Driver: "dra.swap", Pool: node, Device: "swap",
+			ShareID:          ptr.To(types.UID(fmt.Sprintf("22222222-0000-4000-8000-%012d", len(c.Status.Allocation.Devices.Results)))),
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"swap": *resource.NewQuantity(bytes, resource.BinarySI)},
+		})
+	}
+}
+
+// device returns the spec's device for a result index.
+func device(t *testing.T, s *cdispec.Spec, uid string, index int) cdispec.Device {
+	t.Helper()
+	for _, d := range s.Devices {
+		if d.Name == cdi.DeviceName(uid, index) {
+			return d
+		}
+	}
+	t.Fatalf("spec has no device for result %d: %+v", index, s.Devices)
+	return cdispec.Device{}
+}
+
+func deviceEnv(d cdispec.Device) string {
+	return strings.Join(d.ContainerEdits.Env, " ")
+}
+
+func deviceArgs(d cdispec.Device) string {
+	if len(d.ContainerEdits.Hooks) == 0 {
+		return ""
+	}
+	return strings.Join(d.ContainerEdits.Hooks[0].Args, " ")
+}
+
+// A claim with two requests gets one device per request result, each with
+// its own bytes: a container that references one request gets that
+// request's swap, not the claim's.
+func TestPrepareOneDevicePerRequest(t *testing.T) {
+	e := newEnv(t)
+	ctx := testContext(t)
+	p := pod(map[string][]string{"a": {"swap"}, "b": {"swap"}}, "swap")
+	p.Spec.Containers[0].Resources.Claims[0].Request = "r1" // a: only r1's swap
+	e.pods.pods["ns/pod"] = p
+	claim := newClaim(uidA, "swap", 100*mi, withResult("r2", 200*mi))
+	claim.Status.Allocation.Devices.Results[0].Request = "r1"
+	claim.Spec.Devices.Requests[0].Name = "r1"
+
+	r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if len(r.Devices) != 2 ||
+		!slices.Equal(r.Devices[0].Requests, []string{"r1"}) || !slices.Equal(r.Devices[0].CDIDeviceIDs, []string{cdi.DeviceID(uidA, 0)}) ||
+		!slices.Equal(r.Devices[1].Requests, []string{"r2"}) || !slices.Equal(r.Devices[1].CDIDeviceIDs, []string{cdi.DeviceID(uidA, 1)}) {
+		t.Fatalf("devices = %s, want one per request with its own CDI device", devicesString(r.Devices))
+	}
+	s := e.spec(uidA)
+	d0, d1 := device(t, s, uidA, 0), device(t, s, uidA, 1)
+	if args := deviceArgs(d0); !strings.Contains(args, "--swap-limit=104857600 ") || !strings.Contains(args, "--result-index=0") {
+		t.Errorf("r1's hook args = %s", args)
+	}
+	if args := deviceArgs(d1); !strings.Contains(args, "--swap-limit=209715200 ") || !strings.Contains(args, "--result-index=1") {
+		t.Errorf("r2's hook args = %s", args)
+	}
+	// r1 reaches a (100Mi in all) and b (300Mi): no single total fits, so
+	// its variable shows its own bytes; r2 reaches b only.
+	if env := deviceEnv(d0); env != "DRA_SWAP_LIMIT_BYTES=104857600" {
+		t.Errorf("r1's env = %s", env)
+	}
+	if env := deviceEnv(d1); env != "DRA_SWAP_LIMIT_BYTES=314572800" {
+		t.Errorf("r2's env = %s", env)
+	}
+	// Each container's own requests add up to no more than the claim, so
+	// the pod needs no budget of its own... except that r1 is also used by
+	// b, which makes a and b together able to use 400Mi of a 300Mi claim.
+	if args := deviceArgs(d0); !strings.Contains(args, "--pod-swap-limit=314572800") {
+		t.Errorf("r1's hook args = %s, want the pod's budget of 300Mi", args)
+	}
+}
+
+// A claim's swap goes to the first pod in its reservedFor: its spec names
+// that pod, and the hook refuses the containers of every other pod.
+func TestPrepareGrantsTheClaimToOnePod(t *testing.T) {
+	e := newEnv(t)
+	ctx := testContext(t)
+	first := pod(map[string][]string{"a": {"swap"}}, "swap")
+	second := pod(map[string][]string{"a": {"swap"}}, "swap")
+	second.Name, second.UID = "second", otherPodID
+	e.pods.pods["ns/pod"], e.pods.pods["ns/second"] = first, second
+	claim := newClaim(uidA, "swap", 100*mi)
+	claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "second", UID: otherPodID})
+	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if args := deviceArgs(device(t, e.spec(uidA), uidA, 0)); !strings.Contains(args, "--pod-uid="+podID) {
+		t.Errorf("hook args = %s, want the first pod's UID", args)
+	}
+	// The first pod is gone: the next one in reservedFor gets it.
+	e2 := newEnv(t)
+	e2.pods.pods["ns/second"] = second
+	if r := e2.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if args := deviceArgs(device(t, e2.spec(uidA), uidA, 0)); !strings.Contains(args, "--pod-uid="+otherPodID) {
+		t.Errorf("hook args = %s, want the second pod's UID", args)
+	}
+}
+
+// Critical pods never swap, whichever position they have among the pods
+// that use a claim.
+func TestPrepareRefusesACriticalPodAnywhereInReservedFor(t *testing.T) {
+	e := newEnv(t)
+	ctx := testContext(t)
+	e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"swap"}}, "swap")
+	critical := pod(map[string][]string{"a": {"swap"}}, "swap")
+	critical.Name, critical.UID, critical.Spec.PriorityClassName = "critical", otherPodID, "system-node-critical"
+	e.pods.pods["ns/critical"] = critical
+	claim := newClaim(uidA, "swap", 100*mi)
+	claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "critical", UID: otherPodID})
+	r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "pod ns/critical has priority class system-node-critical") {
+		t.Fatalf("error = %v", r.Err)
+	}
+	assertNothingLeft(t, e)
+}
+
+// The pod's budget is set only when its containers could together use
+// more than its claims were charged.
+func TestPreparePodBudget(t *testing.T) {
+	tests := []struct {
+		name       string
+		containers map[string][]string
+		wantBudget string // "" for none
+	}{
+		{name: "a claim per container", containers: map[string][]string{"a": {"x"}, "b": {"y"}}},
+		{name: "two claims in one container", containers: map[string][]string{"a": {"x", "y"}}},
+		{name: "a claim shared by two containers", containers: map[string][]string{"a": {"x"}, "b": {"x"}, "c": {"y"}}, wantBudget: "314572800"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := testContext(t)
+			e.pods.pods["ns/pod"] = pod(tc.containers, "x", "y")
+			x, y := newClaim(uidA, "x", 100*mi), newClaim(uidB, "y", 200*mi)
+			for uid, r := range e.m.Prepare(ctx, []*resourceapi.ResourceClaim{x, y}) {
+				if r.Err != nil {
+					t.Fatalf("%s: %v", uid, r.Err)
+				}
+			}
+			for _, uid := range []string{uidA, uidB} {
+				args := deviceArgs(device(t, e.spec(uid), uid, 0))
+				has := strings.Contains(args, "--pod-swap-limit=")
+				if tc.wantBudget == "" && has || tc.wantBudget != "" && !strings.Contains(args, "--pod-swap-limit="+tc.wantBudget) {
+					t.Errorf("claim %s: hook args %s, want pod budget %q", uid, args, tc.wantBudget)
+				}
+			}
+		})
+	}
+}
+
+type recordedEvent struct{ pod, eventType, reason, message string }
+
+type fakeEvents struct{ events []recordedEvent }
+
+func (f *fakeEvents) PodEvent(pod *corev1.Pod, eventType, reason, message string) {
+	f.events = append(f.events, recordedEvent{pod: pod.Namespace + "/" + pod.Name, eventType: eventType, reason: reason, message: message})
+}
+
+// An admin-access allocation is not charged by the scheduler: it is
+// prepared for observation, grants no swap, and the pod is told.
+func TestPrepareAdminAccess(t *testing.T) {
+	e := newEnv(t)
+	events := &fakeEvents{}
+	e.m.opts.Events = events
+	ctx := testContext(t)
+	e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"swap"}}, "swap")
+	claim := newClaim(uidA, "swap", 0)
+	r0 := &claim.Status.Allocation.Devices.Results[0]
+	r0.AdminAccess, r0.ConsumedCapacity = ptr.To(true), nil
+	r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	d := device(t, e.spec(uidA), uidA, 0)
+	if deviceEnv(d) != "DRA_SWAP_ADMIN_ACCESS=true" || len(d.ContainerEdits.Hooks) != 0 {
+		t.Errorf("admin device = %+v, want only the marker variable", d.ContainerEdits)
+	}
+	if c := e.checkpointed()[claim.UID]; c.SwapBytes != 0 {
+		t.Errorf("checkpoint holds %d bytes for an admin-access claim", c.SwapBytes)
+	}
+	if len(events.events) != 1 || events.events[0].reason != ReasonSwapNotGranted || events.events[0].pod != "ns/pod" ||
+		!strings.Contains(events.events[0].message, "admin access") {
+		t.Errorf("events = %+v", events.events)
+	}
+}
+
+// When the node's swap shrinks below what its prepared claims hold, a
+// claim allocated against the earlier offer is refused with both numbers;
+// claims already prepared stay prepared.
+func TestPrepareRefusesWhenSwapShrank(t *testing.T) {
+	e := newEnv(t)
+	offer := int64(200 * mi)
+	e.m.opts.Offer = func() int64 { return offer }
+	ctx := testContext(t)
+	e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"x"}, "b": {"y"}}, "x", "y")
+	x := newClaim(uidA, "x", 150*mi)
+	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{x})[x.UID]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	y := newClaim(uidB, "y", 100*mi)
+	r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{y})[y.UID]
+	want := "the node offers 200Mi of swap now and its prepared claims hold 150Mi, so the 100Mi this claim was allocated cannot be granted"
+	if r.Err == nil || !strings.Contains(r.Err.Error(), want) {
+		t.Fatalf("error = %v, want %q", r.Err, want)
+	}
+	offer = 100 * mi
+	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{x})[x.UID]; r.Err != nil {
+		t.Errorf("re-preparing a prepared claim after swap shrank: %v", r.Err)
+	}
+	if _, ok := e.checkpointed()[y.UID]; ok || len(e.specFiles()) != 1 {
+		t.Errorf("the refused claim left state: checkpoint %v, specs %v", e.checkpointed(), e.specFiles())
+	}
+	offer = -1 // not known yet: no check
+	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{y})[y.UID]; r.Err != nil {
+		t.Errorf("prepare before the offer is known: %v", r.Err)
+	}
+}
+
+// A prepared claim is answered as recorded, without rewriting its spec:
+// the kubelet may have handed the recorded device IDs to containers (a
+// claim prepared by release v0.1.0 has one device named after the claim).
+func TestPrepareAnswersAsRecorded(t *testing.T) {
+	e := newEnv(t)
+	ctx := testContext(t)
+	e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"swap"}}, "swap")
+	claim := newClaim(uidA, "swap", 100*mi)
+	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidA, Devices: []cdi.DeviceEdits{{ResultIndex: 0, SwapLimitBytes: 100 * mi, EnvBytes: 100 * mi}}}); err != nil {
+		t.Fatal(err)
+	}
+	old := "dra.swap/swap=" + uidA
+	if err := e.store.Update(func(cp *checkpoint.Checkpoint) error {
+		cp.Claims[claim.UID] = checkpoint.ClaimInfo{Namespace: "ns", Name: "swap", SwapBytes: 100 * mi, EnvBytes: 100 * mi,
+			Devices: []checkpoint.PreparedDevice{{Requests: []string{"swap"}, PoolName: node, DeviceName: "swap", CDIDeviceIDs: []string{old}}}}
+		return nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]
+	if r.Err != nil || len(r.Devices) != 1 || !slices.Equal(r.Devices[0].CDIDeviceIDs, []string{old}) {
+		t.Fatalf("prepare = %+v, want the recorded v0.1.0 device", r)
+	}
+}
