@@ -19,10 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
+	swapwebhook "github.com/dra-driver-swap/dra-driver-swap/pkg/webhook"
 )
 
 // FieldManager names the controller's writes.
-const FieldManager = "dra-swap-controller"
+const FieldManager = swapwebhook.FieldManager
 
 // PodReconciler copies the node's topology and swap labels onto selected
 // pods, and removes the ones it set that the node no longer has.
@@ -56,7 +57,7 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err != nil || !selected {
 		return reconcile.Result{}, err
 	}
-	change := labels.Diff(pod, r.Policy.PodLabels(node))
+	change := labels.Diff(pod, r.Policy.PodLabels(node), r.Policy.Owns)
 	if change.Empty() {
 		return reconcile.Result{}, nil
 	}

@@ -120,6 +120,9 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 			Pods: c, APIReader: mgr.GetAPIReader(), Nodes: nodes, Policy: cfg.Policy,
 			Selector: Pods{Reader: c, APIReader: mgr.GetAPIReader(), Policy: cfg.Policy},
 		}})
+		srv.Register(swapwebhook.ReservationPath, &admission.Webhook{Handler: &swapwebhook.ReservationLabeler{
+			Pods: mgr.GetAPIReader(), Client: c, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
+		}})
 		srv.Register(swapwebhook.ConfigPath, &admission.Webhook{Handler: &swapwebhook.ConfigValidator{
 			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes,
 		}})

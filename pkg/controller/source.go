@@ -49,7 +49,7 @@ func (n Nodes) Node(ctx context.Context, name string) (labels.Node, error) {
 	}
 	for i := range slices.Items {
 		s := &slices.Items[i]
-		if s.Spec.Driver != labels.DriverName {
+		if !trusted(s) {
 			continue
 		}
 		for j := range s.Spec.Devices {
@@ -61,6 +61,15 @@ func (n Nodes) Node(ctx context.Context, name string) (labels.Node, error) {
 	return out, nil
 }
 
+// trusted tells a ResourceSlice the way the kubelet plugin writes it: of
+// the driver, for one node, in the pool named after that node. The chart's
+// ValidatingAdmissionPolicy lets only the plugin on a node write the
+// driver's slices for that node, so a slice like this says what that
+// node's plugin published.
+func trusted(s *resourceapi.ResourceSlice) bool {
+	return s.Spec.Driver == labels.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != "" && s.Spec.Pool.Name == *s.Spec.NodeName
+}
+
 // LargestOffer is the largest swap capacity any node's device offers.
 func (n Nodes) LargestOffer(ctx context.Context) (int64, error) {
 	slices := &resourceapi.ResourceSliceList{}
@@ -70,7 +79,7 @@ func (n Nodes) LargestOffer(ctx context.Context) (int64, error) {
 	var largest int64
 	for i := range slices.Items {
 		s := &slices.Items[i]
-		if s.Spec.Driver != labels.DriverName {
+		if !trusted(s) {
 			continue
 		}
 		for j := range s.Spec.Devices {

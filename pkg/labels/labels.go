@@ -194,11 +194,25 @@ func (c PodChange) Empty() bool {
 	return len(c.Set) == 0 && len(c.Remove) == 0 && !c.ManagedChanged
 }
 
+// Owns reports whether a label key is one the controller may set and
+// remove on pods: a topology key or an allowlisted one.
+func (p Policy) Owns(key string) bool {
+	return slices.Contains(TopologyKeys, key) || slices.Contains(p.Allowlist, key)
+}
+
+// OwnedKeys are the label keys the controller may set on pods, sorted.
+func (p Policy) OwnedKeys() []string {
+	keys := slices.Concat(TopologyKeys, p.Allowlist)
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
 // Diff compares a pod's labels and ManagedAnnotation with the desired
-// labels. A label the driver set earlier (listed in the annotation) and no
-// longer wants is removed; a label it never set is overwritten when
-// desired, never removed.
-func Diff(pod *corev1.Pod, desired map[string]string) PodChange {
+// labels. A label the driver set earlier (listed in the annotation), that
+// it owns (owns says; the annotation is the pod's, so anyone who can edit
+// the pod can list any key in it) and no longer wants is removed; a label
+// it never set is overwritten when desired, never removed.
+func Diff(pod *corev1.Pod, desired map[string]string, owns func(key string) bool) PodChange {
 	current := pod.Annotations[ManagedAnnotation]
 	change := PodChange{Set: map[string]string{}, Managed: Managed(desired)}
 	change.ManagedChanged = current != change.Managed
@@ -208,6 +222,9 @@ func Diff(pod *corev1.Pod, desired map[string]string) PodChange {
 		}
 	}
 	for _, k := range ParseManaged(current) {
+		if !owns(k) {
+			continue
+		}
 		if _, want := desired[k]; !want {
 			if _, has := pod.Labels[k]; has {
 				change.Remove = append(change.Remove, k)

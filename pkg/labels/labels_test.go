@@ -168,14 +168,22 @@ func TestDiff(t *testing.T) {
 		{name: "user's label is never removed", labels: map[string]string{Region: "mine"}, desired: map[string]string{}, wantSet: map[string]string{}, wantEmpty: true},
 		{name: "labels right but annotation missing", labels: map[string]string{Zone: "z1", SwapBehavior: "NoSwap"}, desired: desired, wantSet: map[string]string{}, wantManaged: SwapBehavior + "," + Zone},
 		{name: "garbage annotation keys are ignored", labels: map[string]string{"a b": "x"}, managed: "a b,,", desired: map[string]string{}, wantSet: map[string]string{}},
+		// The annotation is the pod's: whoever can edit the pod can list any
+		// key in it. Only keys the controller owns are ever removed (found
+		// in a review: "app,security.example.com/quarantine" were deleted).
+		{name: "keys the controller does not own are never removed", labels: map[string]string{"app": "web", "security.example.com/quarantine": "true", Zone: "z1", SwapBehavior: "NoSwap"},
+			managed: "app,security.example.com/quarantine," + SwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{}, wantManaged: SwapBehavior + "," + Zone},
+		{name: "an allowlisted key it set is removed", labels: map[string]string{"example.com/rack": "r1", Zone: "z1", SwapBehavior: "NoSwap"},
+			managed: "example.com/rack," + SwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{}, wantRemove: []string{"example.com/rack"}, wantManaged: SwapBehavior + "," + Zone},
 	}
+	policy := Policy{Allowlist: []string{"example.com/rack"}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels}}
 			if tc.managed != "" {
 				pod.Annotations = map[string]string{ManagedAnnotation: tc.managed}
 			}
-			c := Diff(pod, tc.desired)
+			c := Diff(pod, tc.desired, policy.Owns)
 			if !maps.Equal(c.Set, tc.wantSet) || !reflect.DeepEqual(c.Remove, tc.wantRemove) || c.Managed != tc.wantManaged || c.Empty() != tc.wantEmpty {
 				t.Fatalf("Diff = %+v (empty %v), want set %v remove %v managed %q empty %v", c, c.Empty(), tc.wantSet, tc.wantRemove, tc.wantManaged, tc.wantEmpty)
 			}

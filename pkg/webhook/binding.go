@@ -105,7 +105,7 @@ func (h *BindingLabeler) Handle(ctx context.Context, req admission.Request) admi
 	// listed, so the reconciler can still remove them.
 	managed := maps.Clone(desired)
 	for _, k := range labels.ParseManaged(pod.Annotations[labels.ManagedAnnotation]) {
-		if _, ok := pod.Labels[k]; ok {
+		if _, ok := pod.Labels[k]; ok && h.Policy.Owns(k) {
 			managed[k] = ""
 		}
 	}

@@ -1,9 +1,15 @@
 package webhook
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
 )
 
 // ConfigurationName is the name of both webhook configurations.
@@ -29,76 +35,154 @@ func URLClientConfig(base string) ClientConfig {
 	}
 }
 
+// Options say which webhooks the driver installs.
+type Options struct {
+	// SwapClasses are the DeviceClasses of the driver (the chart's): only
+	// claims and templates that request one of them get request warnings.
+	SwapClasses []string
+	// BindingLabels installs the pods/binding labeler. Pods with a swap
+	// claim are labeled when the scheduler reserves their claim, before it
+	// binds them (reservation.dra.swap); the binding labeler is needed only
+	// when the controller labels other pods too (--pod-selection all or
+	// namespaces), and then it sees every binding.
+	BindingLabels bool
+}
+
+// DefaultOptions are the chart's defaults.
+func DefaultOptions() Options {
+	return Options{SwapClasses: []string{labels.DriverName}}
+}
+
+// Webhook names.
+const (
+	BindingWebhook     = "binding.dra.swap"
+	ConfigWebhook      = "config.dra.swap"
+	RequestsWebhook    = "requests.dra.swap"
+	ReservationWebhook = "reservation.dra.swap"
+)
+
+// mentionsDriver matches objects whose opaque config names the driver.
+const mentionsDriver = `(request.resource.resource == "deviceclasses" && has(object.spec.config) && object.spec.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
+(request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.config) && object.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
+(request.resource.resource == "resourceclaimtemplates" && has(object.spec.spec.devices) && has(object.spec.spec.devices.config) && object.spec.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap"))`
+
+// requestsSwapClass matches claims and templates with a request of one of
+// the classes.
+func requestsSwapClass(classes []string) string {
+	quoted := make([]string, len(classes))
+	for i, c := range classes {
+		quoted[i] = strconv.Quote(c)
+	}
+	list := "[" + strings.Join(quoted, ",") + "]"
+	requests := func(spec string) string {
+		return fmt.Sprintf(`has(%[1]s.devices) && has(%[1]s.devices.requests) && %[1]s.devices.requests.exists(r, `+
+			`(has(r.exactly) && r.exactly.deviceClassName in %[2]s) || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in %[2]s)))`, spec, list)
+	}
+	return fmt.Sprintf("(request.resource.resource == \"resourceclaims\" && %s) ||\n(request.resource.resource == \"resourceclaimtemplates\" && %s)",
+		requests("object.spec"), requests("object.spec.spec"))
+}
+
+// newlyReservesSwap matches a claim status update that reserves a claim
+// with a dra.swap allocation for a pod it was not reserved for before.
+const newlyReservesSwap = `has(object.status.allocation) && has(object.status.allocation.devices) && has(object.status.allocation.devices.results) &&
+object.status.allocation.devices.results.exists(r, r.driver == "dra.swap") && has(object.status.reservedFor) &&
+object.status.reservedFor.exists(c, c.resource == "pods" && !(has(oldObject.status.reservedFor) && oldObject.status.reservedFor.exists(o, o.uid == c.uid)))`
+
 // Configurations are the webhook configurations the driver installs (the
-// controller fills in caBundle when it manages its own certificate):
+// controller fills in caBundle when it manages its own certificate). Each
+// webhook's rules and match conditions keep every object that does not
+// concern the driver away from it, so that a controller that is down or
+// hangs costs other workloads nothing:
 //
-//   - binding.dra.swap: pods/binding, failurePolicy Ignore, because a
-//     binding must never wait for the driver; the reconciler labels pods
-//     the webhook missed.
-//   - config.dra.swap: ResourceClaims, ResourceClaimTemplates and
-//     DeviceClasses whose opaque configuration names the driver,
-//     failurePolicy Fail, so invalid SwapConfig is never stored. Match
-//     conditions keep every other object (other drivers' claims) free of
-//     the dependency on this webhook.
-//   - requests.dra.swap: all ResourceClaims and templates, failurePolicy
-//     Ignore, for the warnings about swap requests.
-func Configurations(client ClientConfig) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
-	none := ptr.To(admissionregistrationv1.SideEffectClassNone)
+//   - config.dra.swap: ResourceClaims (CREATE: their spec is immutable),
+//     ResourceClaimTemplates and DeviceClasses (CREATE, UPDATE) whose opaque
+//     configuration names the driver; failurePolicy Fail, so invalid
+//     SwapConfig is never stored. Updates of claims (finalizers, status)
+//     and deletions never reach it.
+//   - requests.dra.swap: claims and templates that request one of the
+//     driver's DeviceClasses (without its config), failurePolicy Ignore,
+//     for the warnings about swap requests.
+//   - reservation.dra.swap: the claim status update in which the scheduler
+//     reserves a dra.swap claim for a pod, just before it binds the pod;
+//     the handler labels the pod then (a side effect, skipped on dry run),
+//     so the binding write carries the labels. failurePolicy Ignore: the
+//     reconciler labels pods the webhook missed.
+//   - binding.dra.swap (only with Options.BindingLabels): pods/binding,
+//     failurePolicy Ignore, for pods without a swap claim.
+//
+// The mutating configuration is nil when no mutating webhook is needed.
+func Configurations(client ClientConfig, opts Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
+	rule := func(ops []admissionregistrationv1.OperationType, resources ...string) admissionregistrationv1.RuleWithOperations {
+		return admissionregistrationv1.RuleWithOperations{
+			Operations: ops,
+			Rule: admissionregistrationv1.Rule{
+				APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1"}, Resources: resources,
+				Scope: ptr.To(admissionregistrationv1.AllScopes),
+			},
+		}
+	}
+	create := []admissionregistrationv1.OperationType{admissionregistrationv1.Create}
+	createUpdate := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+	update := []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{
+			{
+				Name:                    ConfigWebhook,
+				ClientConfig:            client(ConfigPath),
+				AdmissionReviewVersions: []string{"v1"},
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+				TimeoutSeconds:          ptr.To[int32](5),
+				Rules:                   []admissionregistrationv1.RuleWithOperations{rule(create, "resourceclaims"), rule(createUpdate, "resourceclaimtemplates", "deviceclasses")},
+				MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "names-dra-swap-config", Expression: mentionsDriver}},
+			},
+			{
+				Name:                    RequestsWebhook,
+				ClientConfig:            client(ConfigPath),
+				AdmissionReviewVersions: []string{"v1"},
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+				FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+				TimeoutSeconds:          ptr.To[int32](3),
+				Rules:                   []admissionregistrationv1.RuleWithOperations{rule(create, "resourceclaims"), rule(createUpdate, "resourceclaimtemplates")},
+				MatchConditions: []admissionregistrationv1.MatchCondition{
+					{Name: "no-dra-swap-config", Expression: "!(" + mentionsDriver + ")"},
+					{Name: "requests-a-swap-class", Expression: requestsSwapClass(opts.SwapClasses)},
+				},
+			},
+			{
+				Name:                    ReservationWebhook,
+				ClientConfig:            client(ReservationPath),
+				AdmissionReviewVersions: []string{"v1"},
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+				FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+				TimeoutSeconds:          ptr.To[int32](3),
+				Rules:                   []admissionregistrationv1.RuleWithOperations{rule(update, "resourceclaims/status")},
+				MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "reserves-a-swap-claim", Expression: newlyReservesSwap}},
+			},
+		},
+	}
+	if !opts.BindingLabels {
+		return nil, validating
+	}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "binding.dra.swap",
+			Name:                    BindingWebhook,
 			ClientConfig:            client(BindingPath),
 			AdmissionReviewVersions: []string{"v1"},
-			SideEffects:             none,
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 			TimeoutSeconds:          ptr.To[int32](3),
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
 			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Operations: create,
 				Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/binding"},
 					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 				},
 			}},
 		}},
-	}
-	rule := func(resources ...string) []admissionregistrationv1.RuleWithOperations {
-		return []admissionregistrationv1.RuleWithOperations{{
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-			Rule: admissionregistrationv1.Rule{
-				APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1"}, Resources: resources,
-				Scope: ptr.To(admissionregistrationv1.AllScopes),
-			},
-		}}
-	}
-	const mentionsDriver = `(request.resource.resource == "deviceclasses" && has(object.spec.config) && object.spec.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
-(request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.config) && object.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
-(request.resource.resource == "resourceclaimtemplates" && has(object.spec.spec.devices) && has(object.spec.spec.devices.config) && object.spec.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap"))`
-	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{
-			{
-				Name:                    "config.dra.swap",
-				ClientConfig:            client(ConfigPath),
-				AdmissionReviewVersions: []string{"v1"},
-				SideEffects:             none,
-				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-				TimeoutSeconds:          ptr.To[int32](5),
-				Rules:                   rule("resourceclaims", "resourceclaimtemplates", "deviceclasses"),
-				MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "names-dra-swap-config", Expression: mentionsDriver}},
-			},
-			{
-				Name:                    "requests.dra.swap",
-				ClientConfig:            client(ConfigPath),
-				AdmissionReviewVersions: []string{"v1"},
-				SideEffects:             none,
-				FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-				TimeoutSeconds:          ptr.To[int32](3),
-				Rules:                   rule("resourceclaims", "resourceclaimtemplates"),
-				MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "no-dra-swap-config", Expression: "!(" + mentionsDriver + ")"}},
-			},
-		},
 	}
 	return mutating, validating
 }

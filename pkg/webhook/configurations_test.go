@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -56,17 +57,19 @@ func TestChartWebhooksMatchConfigurations(t *testing.T) {
 			}
 		}
 	}
-	if gotMutating == nil || gotValidating == nil {
-		t.Fatalf("%s lacks a webhook configuration", staticManifest)
+	if gotValidating == nil {
+		t.Fatalf("%s lacks the validating webhook configuration", staticManifest)
 	}
-	wantMutating, wantValidating := Configurations(ServiceClientConfig("dra-swap", "dra-driver-swap-controller"))
-	// The chart names its objects after the release.
-	wantMutating.Name, wantValidating.Name = "dra-driver-swap", "dra-driver-swap"
+	wantMutating, wantValidating := Configurations(ServiceClientConfig("dra-swap", "dra-driver-swap-controller"), DefaultOptions())
+	// With its defaults (pods with swap claims get labels), the chart
+	// installs no mutating webhook: no binding calls out to the controller.
+	if wantMutating != nil || gotMutating != nil {
+		t.Errorf("mutating configurations: Go %v, chart %v; want none by default", wantMutating, gotMutating)
+	}
 	for _, c := range []struct {
 		kind      string
 		want, got any
 	}{
-		{"MutatingWebhookConfiguration", wantMutating.Webhooks, gotMutating.Webhooks},
 		{"ValidatingWebhookConfiguration", wantValidating.Webhooks, gotValidating.Webhooks},
 	} {
 		want, err := yaml.Marshal(c.want)
@@ -80,5 +83,18 @@ func TestChartWebhooksMatchConfigurations(t *testing.T) {
 		if !bytes.Equal(want, got) {
 			t.Errorf("the chart's %s webhooks differ from Configurations; Go:\n%s\nchart:\n%s", c.kind, want, got)
 		}
+	}
+}
+
+// TestRequestsSwapClass: the classes are quoted and listed the way the
+// chart renders them (toJson).
+func TestRequestsSwapClass(t *testing.T) {
+	got := requestsSwapClass([]string{"dra.swap", "dra.swap-fast"})
+	if !strings.Contains(got, `r.exactly.deviceClassName in ["dra.swap","dra.swap-fast"]`) {
+		t.Errorf("expression = %s", got)
+	}
+	m, _ := Configurations(URLClientConfig("https://x"), Options{SwapClasses: []string{"dra.swap"}, BindingLabels: true})
+	if m == nil || len(m.Webhooks) != 1 || m.Webhooks[0].Name != BindingWebhook {
+		t.Errorf("with BindingLabels: mutating = %+v", m)
 	}
 }

@@ -61,3 +61,36 @@ the driver reach the validator (kept identical to pkg/webhook). */}}
 (request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.config) && object.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
 (request.resource.resource == "resourceclaimtemplates" && has(object.spec.spec.devices) && has(object.spec.spec.devices.config) && object.spec.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap"))
 {{- end -}}
+
+
+{{/* The names of the chart's DeviceClasses, as a JSON list. */}}
+{{- define "dra-swap.swapClasses" -}}
+{{- $names := list (include "dra-swap.driver" .) -}}
+{{- range .Values.deviceClasses.extra }}{{ $names = append $names .name }}{{ end -}}
+{{ toJson $names }}
+{{- end -}}
+
+{{/* Claims and templates that request one of the chart's classes (kept
+identical to pkg/webhook). */}}
+{{- define "dra-swap.requestsSwapClass" -}}
+{{- $l := include "dra-swap.swapClasses" . -}}
+(request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.requests) && object.spec.devices.requests.exists(r, (has(r.exactly) && r.exactly.deviceClassName in {{ $l }}) || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in {{ $l }})))) ||
+(request.resource.resource == "resourceclaimtemplates" && has(object.spec.spec.devices) && has(object.spec.spec.devices.requests) && object.spec.spec.devices.requests.exists(r, (has(r.exactly) && r.exactly.deviceClassName in {{ $l }}) || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in {{ $l }}))))
+{{- end -}}
+
+{{/* A claim status update that reserves a dra.swap claim for a pod it was
+not reserved for (kept identical to pkg/webhook). */}}
+{{- define "dra-swap.newlyReservesSwap" -}}
+has(object.status.allocation) && has(object.status.allocation.devices) && has(object.status.allocation.devices.results) &&
+object.status.allocation.devices.results.exists(r, r.driver == "dra.swap") && has(object.status.reservedFor) &&
+object.status.reservedFor.exists(c, c.resource == "pods" && !(has(oldObject.status.reservedFor) && oldObject.status.reservedFor.exists(o, o.uid == c.uid)))
+{{- end -}}
+
+
+{{/* The label keys the controller may set on pods (pkg/labels:
+TopologyKeys and the allowlist), as a CEL list. */}}
+{{- define "dra-swap.podLabelKeys" -}}
+{{- $keys := list "topology.kubernetes.io/zone" "topology.kubernetes.io/region" "kubernetes.io/hostname" "node.kubernetes.io/swap-behavior" -}}
+{{- range .Values.controller.nodeLabelAllowlist }}{{ $keys = append $keys . }}{{ end -}}
+{{ toJson $keys }}
+{{- end -}}
