@@ -267,7 +267,7 @@ func ParseManaged(v string) []string {
 	var out []string
 	for _, k := range strings.Split(v, ",") {
 		k = strings.TrimSpace(k)
-		if k != "" && len(validation.IsQualifiedName(k)) == 0 {
+		if k != "" && len(validation.IsQualifiedName(k)) == 0 && !slices.Contains(out, k) {
 			out = append(out, k)
 		}
 	}

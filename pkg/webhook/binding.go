@@ -93,13 +93,14 @@ func (h *BindingLabeler) Handle(ctx context.Context, req admission.Request) admi
 	if len(desired) == 0 {
 		return admission.Allowed("no labels")
 	}
-	mutated := binding.DeepCopy()
-	if mutated.Labels == nil {
-		mutated.Labels = map[string]string{}
+	bindingLabels := maps.Clone(binding.Labels)
+	if bindingLabels == nil {
+		bindingLabels = map[string]string{}
 	}
-	maps.Copy(mutated.Labels, desired)
-	if mutated.Annotations == nil {
-		mutated.Annotations = map[string]string{}
+	maps.Copy(bindingLabels, desired)
+	annotations := maps.Clone(binding.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
 	}
 	// Binding annotations replace the pod's: keep the keys it set earlier
 	// listed, so the reconciler can still remove them.
@@ -109,8 +110,21 @@ func (h *BindingLabeler) Handle(ctx context.Context, req admission.Request) admi
 			managed[k] = ""
 		}
 	}
-	mutated.Annotations[labels.ManagedAnnotation] = labels.Managed(managed)
-	raw, err := json.Marshal(mutated)
+	annotations[labels.ManagedAnnotation] = labels.Managed(managed)
+	// Patch the request's own JSON, not a re-encoded Binding, so that the
+	// patch touches the labels and annotations only, whatever else a newer
+	// API server sends.
+	var object map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &object); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Binding: %w", err))
+	}
+	metadata, _ := object["metadata"].(map[string]any)
+	if metadata == nil {
+		metadata = map[string]any{}
+		object["metadata"] = metadata
+	}
+	metadata["labels"], metadata["annotations"] = bindingLabels, annotations
+	raw, err := json.Marshal(object)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode Binding: %w", err))
 	}

@@ -88,10 +88,7 @@ func startController(t *testing.T) *controllerEnv {
 	}
 	// As the helm chart does: the configurations without a caBundle, and
 	// an empty Secret the controller fills.
-	mutating, validating := webhook.Configurations(webhook.URLClientConfig(env.webhook))
-	if _, err := s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, validating := webhook.Configurations(webhook.URLClientConfig(env.webhook), webhook.DefaultOptions())
 	if _, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +400,7 @@ func TestController(t *testing.T) {
 		env.publish(ctx, "node-b", map[string]string{labels.Zone: "zone-b", labels.Hostname: "node-b"}, discovery.SwapBehaviorNoSwap, 0)
 	})
 
-	t.Run("binding webhook labels the pod as it is bound", func(t *testing.T) {
+	t.Run("a pod is labeled when its swap claim is reserved, before it is bound", func(t *testing.T) {
 		env.t = t
 		pod := env.swapPod(ctx, env.client, "bound-by-webhook", "node-a", map[string]string{"app": "x"}, nil)
 		bound := env.bind(ctx, pod, "node-a")
@@ -434,22 +431,31 @@ func TestController(t *testing.T) {
 
 	t.Run("reconciler labels a pod bound while the webhook was down", func(t *testing.T) {
 		env.t = t
-		mutating, err := env.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+		reservation := func(c *admissionregistrationv1.ValidatingWebhookConfiguration) *admissionregistrationv1.ValidatingWebhook {
+			for i := range c.Webhooks {
+				if c.Webhooks[i].Name == webhook.ReservationWebhook {
+					return &c.Webhooks[i]
+				}
+			}
+			t.Fatalf("no webhook %s", webhook.ReservationWebhook)
+			return nil
+		}
+		validating, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		good := *mutating.Webhooks[0].ClientConfig.URL
+		good := *reservation(validating).ClientConfig.URL
 		setURL := func(url string) {
-			m, err := env.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+			v, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.Webhooks[0].ClientConfig.URL = &url
-			if _, err := env.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+			reservation(v).ClientConfig.URL = &url
+			if _, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		setURL(fmt.Sprintf("https://localhost:%d%s", freePort(t), webhook.BindingPath)) // nothing listens
+		setURL(fmt.Sprintf("https://localhost:%d%s", freePort(t), webhook.ReservationPath)) // nothing listens
 		defer setURL(good)
 		time.Sleep(2 * time.Second) // the API server picks up the configuration
 
@@ -648,7 +654,7 @@ func TestController(t *testing.T) {
 		}
 		waitServed(renewed)
 		// The admin's CA is not injected: the self-managed one stays.
-		m, err := env.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+		m, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -676,11 +682,14 @@ func TestController(t *testing.T) {
 		}
 		alice := env.s.ClientForUser(t, "alice")
 		// Everything alice can write in her namespace: a pod that claims
-		// the hidden label through the driver's annotation and sets a
-		// fake topology label, and a claim config asking for more labels.
+		// the hidden label through the driver's annotation, sets a fake
+		// topology label and lists labels the controller does not own
+		// (its own app label, a security label) in the driver's
+		// annotation, hoping the controller deletes them; and a claim
+		// config asking for more labels.
 		pod := env.swapPod(ctx, alice, "alice-pod", "node-a",
-			map[string]string{labels.Zone: "fake-zone"},
-			map[string]string{labels.ManagedAnnotation: secretNode + "," + rackLabel, "dra.swap/node-label-allowlist": secretNode})
+			map[string]string{labels.Zone: "fake-zone", "app": "web", "security.example.com/quarantine": "true"},
+			map[string]string{labels.ManagedAnnotation: secretNode + "," + rackLabel + ",app,security.example.com/quarantine", "dra.swap/node-label-allowlist": secretNode})
 		if _, err := alice.ResourceV1().ResourceClaims(tenant).Create(ctx, swapClaim("alice-config", "256Mi",
 			`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","nodeLabelAllowlist":["`+secretNode+`"]}`), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "unknown field") {
 			t.Errorf("a claim config naming labels: %v, want rejected as an unknown field", err)
@@ -698,10 +707,13 @@ func TestController(t *testing.T) {
 		if _, ok := p.Labels[secretNode]; ok {
 			t.Fatalf("pod got the non-allowlisted %s", secretNode)
 		}
+		if p.Labels["app"] != "web" || p.Labels["security.example.com/quarantine"] != "true" {
+			t.Fatalf("the controller removed labels it does not own, listed in the pod's %s: %v", labels.ManagedAnnotation, p.Labels)
+		}
 		// What configures the controller is out of alice's reach.
 		forbidden := map[string]error{}
 		_, forbidden["patch a node's labels"] = alice.CoreV1().Nodes().Patch(ctx, "node-a", apitypes.MergePatchType, []byte(`{"metadata":{"labels":{"`+rackLabel+`":"x"}}}`), metav1.PatchOptions{})
-		_, forbidden["change the webhook configuration"] = alice.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhook.ConfigurationName}}, metav1.UpdateOptions{})
+		_, forbidden["change the webhook configuration"] = alice.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhook.ConfigurationName}}, metav1.UpdateOptions{})
 		_, forbidden["read the webhook secret"] = alice.CoreV1().Secrets("kube-system").Get(ctx, "dra-swap-controller-webhook-tls", metav1.GetOptions{})
 		_, forbidden["publish a ResourceSlice"] = alice.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 		for what, err := range forbidden {

@@ -1,0 +1,201 @@
+package hookstate
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func FuzzReadContainer(f *testing.F) {
+	for _, seed := range []struct{ id, data string }{
+		{cid, `{"id":"` + cid + `","cgroupVersion":2,"cgroupGroup":"` + group + `","podCgroupGroup":"/kubepods/burstable/pod1","namespace":"ns","pod":"pod","podUID":"` + podUID + `","name":"worker"}`},
+		{cid, `{"id":"` + cid + `","cgroupVersion":1,"cgroupGroup":"/"}`},
+		{"a.b", `{"id":"a.b","cgroupVersion":2,"cgroupGroup":"/a/./b"}`},
+		{cid, `{"id":"` + cid + `","cgroupVersion":2,"cgroupGroup":"/a/../../etc"}`},
+		{cid, `{"id":"` + cid + `","cgroupVersion":2,"cgroupGroup":"/a","podCgroupGroup":"/"}`},
+		{cid, `{"id":"other","cgroupVersion":2,"cgroupGroup":"/a"}`},
+		{cid, `{"ID":"` + cid + `","CgroupVersion":2,"cgroupGroup":"/a","id":"x"}`},
+		{cid, `{"id":"` + cid + `","cgroupVersion":3,"cgroupGroup":"/a","podUID":"x"}`},
+		{cid, `{"id":"` + cid + `","cgroupVersion":2.5}`},
+		{cid, `null`},
+		{cid, ``},
+		{cid, "\x00\xff"},
+	} {
+		f.Add(seed.id, []byte(seed.data))
+	}
+	f.Fuzz(func(t *testing.T, id string, data []byte) {
+		if !ContainerIDPattern.MatchString(id) {
+			return // the directories under the state dir have such names
+		}
+		dir := filepath.Join(t.TempDir(), id)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ContainerFile), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := ReadContainer(dir)
+		if err != nil {
+			return
+		}
+		if c.ID != id {
+			t.Fatalf("ReadContainer(%q) in %s = id %q", data, id, c.ID)
+		}
+		if c.CgroupVersion != 1 && c.CgroupVersion != 2 {
+			t.Fatalf("ReadContainer(%q) = cgroup version %d", data, c.CgroupVersion)
+		}
+		for what, g := range map[string]string{"cgroup": c.CgroupGroup, "pod cgroup": c.PodCgroupGroup} {
+			if what == "pod cgroup" && g == "" {
+				continue
+			}
+			if !strings.HasPrefix(g, "/") || strings.Contains(g, "..") || strings.ContainsRune(g, 0) || filepath.Clean(g) != g {
+				t.Fatalf("ReadContainer(%q) = %s %q, not a clean absolute path within the hierarchy", data, what, g)
+			}
+		}
+		if c.PodCgroupGroup != "" && (c.PodCgroupGroup != filepath.Dir(c.CgroupGroup) || c.PodCgroupGroup == "/") {
+			t.Fatalf("ReadContainer(%q) = pod cgroup %q for cgroup %q", data, c.PodCgroupGroup, c.CgroupGroup)
+		}
+		if c.PodUID != "" && !UIDPattern.MatchString(c.PodUID) {
+			t.Fatalf("ReadContainer(%q) = pod UID %q", data, c.PodUID)
+		}
+		// What is read is written back the same.
+		again := filepath.Join(t.TempDir(), id)
+		if err := WriteContainer(again, c); err != nil {
+			t.Fatalf("WriteContainer(%+v), read from %q: %v", c, data, err)
+		}
+		if back, err := ReadContainer(again); err != nil || back != c {
+			t.Fatalf("ReadContainer after WriteContainer = %+v, %v; want %+v", back, err, c)
+		}
+	})
+}
+
+// FuzzSum writes one or two share files (of claimA and of result 0 of
+// claimB) and checks that what Sum accepts is within range and follows
+// its rules: the sum of the two is the combination of each alone.
+func FuzzSum(f *testing.F) {
+	for _, seed := range []struct {
+		a, b string
+		two  bool
+	}{
+		{`{"swapLimit":314572800}`, `{"swapLimit":104857600}`, true},
+		{`{"swapLimit":104857600,"swapHigh":83886080,"zswap":false,"swappiness":0,"podSwapLimit":419430400}`, `{"swapLimit":314572800,"zswap":true,"swappiness":60,"podSwapLimit":209715200}`, true},
+		{`{"swapLimit":100,"swapHigh":80}`, `{"swapLimit":200,"swapHigh":0}`, true},
+		{`{"swapLimit":4611686018427387904}`, `{"swapLimit":1}`, true},
+		{`{"swapLimit":4611686018427387904,"swapHigh":4611686018427387904}`, ``, false},
+		{`{"swapLimit":-1}`, `{}`, true},
+		{`{"swapLimit":1,"swapHigh":2}`, `{}`, true},
+		{`{"swapLimit":1,"swappiness":101}`, `{}`, true},
+		{`{"swapLimit":9223372036854775807}`, `{"swapLimit":1e3}`, true},
+		{`{}`, `null`, true},
+		{`{"swapLimit":1}` + strings.Repeat(" ", maxFileBytes), ``, false},
+		{`{`, `[]`, true},
+	} {
+		f.Add([]byte(seed.a), []byte(seed.b), seed.two)
+	}
+	keyA, keyB := ShareKey(claimA, -1), ShareKey(claimB, 0)
+	f.Fuzz(func(t *testing.T, a, b []byte, two bool) {
+		base := t.TempDir()
+		write := func(dir string, files map[string][]byte) string {
+			dir = filepath.Join(base, dir)
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for name, data := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return dir
+		}
+		files := map[string][]byte{keyA: a}
+		if two {
+			files[keyB] = b
+		}
+		total, err := Sum(write("both", files))
+		if err == nil {
+			checkTotals(t, total, len(files))
+		}
+		if !two {
+			return
+		}
+		ta, errA := Sum(write("a", map[string][]byte{keyA: a}))
+		tb, errB := Sum(write("b", map[string][]byte{keyB: b}))
+		if errA != nil || errB != nil {
+			if err == nil {
+				t.Fatalf("Sum of %q and %q = %+v, but alone they fail: %v; %v", a, b, total, errA, errB)
+			}
+			return
+		}
+		want, ok := combine(ta, tb)
+		if !ok {
+			if err == nil {
+				t.Fatalf("Sum of %q and %q = %+v, limits beyond %d", a, b, total, MaxSwapBytes)
+			}
+			return
+		}
+		if err != nil || !reflect.DeepEqual(total, want) {
+			t.Fatalf("Sum of %q and %q = %s, %v; want %s", a, b, shareString(total), err, shareString(want))
+		}
+	})
+}
+
+// checkTotals checks that a sum of shares is one the hook can apply.
+func checkTotals(t *testing.T, total Totals, shares int) {
+	t.Helper()
+	c := total.Container
+	if total.Shares != shares {
+		t.Fatalf("Sum counted %d shares, want %d", total.Shares, shares)
+	}
+	if c.SwapLimit < 0 || c.SwapLimit > MaxSwapBytes {
+		t.Fatalf("Sum = swap limit %d, outside 0..%d", c.SwapLimit, MaxSwapBytes)
+	}
+	if c.SwapHigh != nil && (*c.SwapHigh < 0 || *c.SwapHigh > c.SwapLimit) {
+		t.Fatalf("Sum = swap high %d, outside 0..%d", *c.SwapHigh, c.SwapLimit)
+	}
+	if c.Swappiness != nil && *c.Swappiness > 100 {
+		t.Fatalf("Sum = swappiness %d", *c.Swappiness)
+	}
+	if p := total.PodSwapLimit; p != nil && (*p < 0 || *p > MaxSwapBytes) {
+		t.Fatalf("Sum = pod swap limit %d, outside 0..%d", *p, MaxSwapBytes)
+	}
+}
+
+// combine is Sum's documented rule for two sums of one share each; ok is
+// false when the limits add up to more than MaxSwapBytes.
+func combine(a, b Totals) (Totals, bool) {
+	x, y := a.Container, b.Container
+	if x.SwapLimit > MaxSwapBytes-y.SwapLimit {
+		return Totals{}, false
+	}
+	out := Totals{Shares: a.Shares + b.Shares}
+	out.Container.SwapLimit = x.SwapLimit + y.SwapLimit
+	if x.SwapHigh != nil || y.SwapHigh != nil {
+		high := x.SwapLimit + y.SwapLimit
+		if x.SwapHigh != nil {
+			high += *x.SwapHigh - x.SwapLimit
+		}
+		if y.SwapHigh != nil {
+			high += *y.SwapHigh - y.SwapLimit
+		}
+		out.Container.SwapHigh = &high
+	}
+	switch {
+	case x.Zswap != nil && !*x.Zswap, y.Zswap != nil && !*y.Zswap:
+		off := false
+		out.Container.Zswap = &off
+	case x.Zswap != nil || y.Zswap != nil:
+		on := true
+		out.Container.Zswap = &on
+	}
+	out.Container.Swappiness = x.Swappiness
+	if y.Swappiness != nil && (x.Swappiness == nil || *y.Swappiness < *x.Swappiness) {
+		out.Container.Swappiness = y.Swappiness
+	}
+	out.PodSwapLimit = a.PodSwapLimit
+	if b.PodSwapLimit != nil && (a.PodSwapLimit == nil || *b.PodSwapLimit > *a.PodSwapLimit) {
+		out.PodSwapLimit = b.PodSwapLimit
+	}
+	return out, true
+}

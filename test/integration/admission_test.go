@@ -1,0 +1,274 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apitypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
+	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
+)
+
+const (
+	chartNamespace = "dra-swap"
+	pluginSA       = "dra-driver-swap-kubeletplugin"
+	controllerSA   = "dra-driver-swap-controller"
+)
+
+// installChartPolicies applies what of the chart's default rendering
+// decides who may write what: its ServiceAccounts, RBAC and
+// ValidatingAdmissionPolicies (not the workloads, which nothing runs here,
+// nor the webhooks, which no controller serves).
+func installChartPolicies(t *testing.T, s *framework.APIServer) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No controller-manager runs: the namespace's default ServiceAccount.
+	if _, err := s.Client.CoreV1().ServiceAccounts(chartNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runHelm(t, "template", "dra-driver-swap", chartDir, "--namespace", chartNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifest.Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources, err := manifest.NewResources(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+	for _, u := range objs {
+		if !kinds[u.GetKind()] {
+			continue
+		}
+		res, err := resources.For(u, chartNamespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := u.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := res.Client.Patch(ctx, u.GetName(), apitypes.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "test", Force: ptr.To(true)}); err != nil {
+			t.Fatalf("apply %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+// tokenClient is a client with a ServiceAccount token from the TokenRequest
+// API, bound to a pod when one is given (as the kubelet mounts it).
+func tokenClient(t *testing.T, s *framework.APIServer, namespace, sa string, pod *corev1.Pod) kubernetes.Interface {
+	t.Helper()
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
+	if pod != nil {
+		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tr, err := s.Client.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), sa, req, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(s.Config)
+	cfg.BearerToken = tr.Status.Token
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+func driverSlice(node, driver string) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "policy-test-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: driver, NodeName: ptr.To(node),
+			Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
+		},
+	}
+}
+
+// refused checks that err is a refusal whose message says want.
+func refused(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if err == nil || !(apierrors.IsInvalid(err) || apierrors.IsForbidden(err)) || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: got %v, want a refusal saying %q", what, err, want)
+		return
+	}
+	t.Logf("%s: refused: %v", what, err)
+}
+
+// TestAdmissionPolicies proves each refusal of the chart's
+// ValidatingAdmissionPolicies with the real ServiceAccount tokens of the
+// driver's components: the plugin writes only its own node's slices, no
+// one else writes the driver's slices, and the controller changes only the
+// labels it owns on pods and nodes.
+func TestAdmissionPolicies(t *testing.T) {
+	s := framework.StartAPIServer(t)
+	ctx := context.Background()
+	installChartPolicies(t, s)
+	for _, name := range []string{"node-a", "node-b"} {
+		if _, err := s.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "infra"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The plugin's pod on node-a, whose bound token carries the node.
+	pluginPod, err := s.Client.CoreV1().Pods(chartNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubeletplugin-a"},
+		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: pluginSA,
+			Containers: []corev1.Container{{Name: "plugin", Image: "registry.invalid/dra-driver-swap:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := tokenClient(t, s, chartNamespace, pluginSA, pluginPod)
+	slices := plugin.ResourceV1().ResourceSlices()
+
+	// The policies take a moment to load: wait until one refuses.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := slices.Create(ctx, driverSlice("node-b", "dra.swap"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, nil
+	}); err != nil {
+		t.Fatal("the chart's admission policy never refused the plugin writing another node's slice")
+	}
+
+	t.Run("the plugin writes its own node's slices only", func(t *testing.T) {
+		_, err := slices.Create(ctx, driverSlice("node-b", "dra.swap"), metav1.CreateOptions{})
+		refused(t, "the plugin on node-a creating node-b's slice", err, "the dra.swap kubelet plugin on node node-a may not change a ResourceSlice of node node-b")
+		own, err := slices.Create(ctx, driverSlice("node-a", "dra.swap"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("the plugin creating its own node's slice: %v", err)
+		}
+		own.Spec.Pool.Generation++
+		if own, err = slices.Update(ctx, own, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("the plugin updating its own node's slice: %v", err)
+		}
+		moved := own.DeepCopy()
+		moved.Spec.NodeName = ptr.To("node-b")
+		_, err = slices.Update(ctx, moved, metav1.UpdateOptions{})
+		if err == nil {
+			t.Errorf("the plugin moved its slice to node-b")
+		}
+		if err := slices.Delete(ctx, own.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("the plugin deleting its own node's slice: %v", err)
+		}
+		// A token of the plugin's ServiceAccount that is not bound to its
+		// pod carries no node.
+		_, err = tokenClient(t, s, chartNamespace, pluginSA, nil).ResourceV1().ResourceSlices().Create(ctx, driverSlice("node-a", "dra.swap"), metav1.CreateOptions{})
+		refused(t, "an unbound token of the plugin", err, "no node association found")
+	})
+
+	t.Run("no one else writes the driver's slices", func(t *testing.T) {
+		// A ServiceAccount that RBAC lets write any ResourceSlice (another
+		// DRA driver's plugin, say).
+		grant(t, s, "slice-writer", rbacv1.Subject{Kind: "ServiceAccount", Name: "other-driver", Namespace: chartNamespace},
+			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"*"}})
+		if _, err := s.Client.CoreV1().ServiceAccounts(chartNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "other-driver"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		other := tokenClient(t, s, chartNamespace, "other-driver", nil).ResourceV1().ResourceSlices()
+		_, err := other.Create(ctx, driverSlice("node-a", "dra.swap"), metav1.CreateOptions{})
+		refused(t, "another ServiceAccount creating a dra.swap slice", err, "only the dra.swap kubelet plugin's ServiceAccount may write ResourceSlices of driver dra.swap")
+		if _, err := other.Create(ctx, driverSlice("node-a", "gpu.example.com"), metav1.CreateOptions{}); err != nil {
+			t.Errorf("another driver's own slice: %v", err)
+		}
+		own, err := slices.Create(ctx, driverSlice("node-a", "dra.swap"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = other.Delete(ctx, own.Name, metav1.DeleteOptions{})
+		refused(t, "another ServiceAccount deleting a dra.swap slice", err, "may not delete one")
+		changed := own.DeepCopy()
+		changed.Spec.Pool.Generation++
+		_, err = other.Update(ctx, changed, metav1.UpdateOptions{})
+		refused(t, "another ServiceAccount updating a dra.swap slice", err, "may not update one")
+		// The kubelet of node-a cleans up its node's slices after the
+		// plugin left; not another node's.
+		grant(t, s, "kubelets-delete-slices", rbacv1.Subject{Kind: "Group", Name: "system:nodes"},
+			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"delete"}})
+		err = s.ClientForUser(t, "system:node:node-b", "system:nodes").ResourceV1().ResourceSlices().Delete(ctx, own.Name, metav1.DeleteOptions{})
+		refused(t, "node-b's kubelet deleting node-a's dra.swap slice", err, "may not delete one")
+		if err := s.ClientForUser(t, "system:node:node-a", "system:nodes").ResourceV1().ResourceSlices().Delete(ctx, own.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("node-a's kubelet deleting its node's dra.swap slice: %v", err)
+		}
+	})
+
+	t.Run("the controller changes only the labels it owns", func(t *testing.T) {
+		controllerClient := tokenClient(t, s, chartNamespace, controllerSA, nil)
+		pod, err := s.Client.CoreV1().Pods(chartNamespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "workload", Labels: map[string]string{"app": "web"}},
+			Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := func(client kubernetes.Interface, kind, name, body string) error {
+			var err error
+			if kind == "pod" {
+				_, err = client.CoreV1().Pods(chartNamespace).Patch(ctx, name, apitypes.MergePatchType, []byte(body), metav1.PatchOptions{})
+			} else {
+				_, err = client.CoreV1().Nodes().Patch(ctx, name, apitypes.MergePatchType, []byte(body), metav1.PatchOptions{})
+			}
+			return err
+		}
+		allowed := []struct{ what, kind, name, body string }{
+			{"set a topology label and its annotation on a pod", "pod", pod.Name,
+				`{"metadata":{"labels":{"topology.kubernetes.io/zone":"z1","node.kubernetes.io/swap-behavior":"NoSwap"},"annotations":{"dra.swap/managed-labels":"node.kubernetes.io/swap-behavior,topology.kubernetes.io/zone"}}}`},
+			{"remove a label it owns from a pod", "pod", pod.Name, `{"metadata":{"labels":{"topology.kubernetes.io/zone":null}}}`},
+			{"set the swap labels of a node", "node", "node-a", `{"metadata":{"labels":{"node.kubernetes.io/swap-behavior":"NoSwap","dra.swap/capacity":"4Gi"}}}`},
+		}
+		for _, a := range allowed {
+			if err := patch(controllerClient, a.kind, a.name, a.body); err != nil {
+				t.Errorf("the controller may %s: %v", a.what, err)
+			}
+		}
+		denied := []struct{ what, kind, name, body, want string }{
+			{"remove a pod's app label", "pod", pod.Name, `{"metadata":{"labels":{"app":null}}}`, "may change only the labels it owns on pods"},
+			{"set a label it does not own on a pod", "pod", pod.Name, `{"metadata":{"labels":{"security.example.com/quarantine":"false"}}}`, "may change only the labels it owns on pods"},
+			{"annotate a pod", "pod", pod.Name, `{"metadata":{"annotations":{"example.com/owner":"x"}}}`, "may change no annotation"},
+			{"change a pod's spec", "pod", pod.Name, `{"spec":{"activeDeadlineSeconds":1}}`, "may change only labels of pods"},
+			{"change a node's other labels", "node", "node-a", `{"metadata":{"labels":{"app":"pwned"}}}`, "may change only the labels it owns on nodes"},
+			{"label a node with a pod key", "node", "node-a", `{"metadata":{"labels":{"topology.kubernetes.io/zone":"z9"}}}`, "may change only the labels it owns on nodes"},
+			{"cordon a node", "node", "node-a", `{"spec":{"unschedulable":true}}`, "may change only labels of nodes"},
+			{"annotate a node", "node", "node-a", `{"metadata":{"annotations":{"dra.swap/managed-labels":"x"}}}`, "may change no annotation"},
+		}
+		for _, d := range denied {
+			refused(t, "the controller trying to "+d.what, patch(controllerClient, d.kind, d.name, d.body), d.want)
+		}
+		// The same writes by an admin are not the policy's business.
+		if err := patch(s.Client, "node", "node-a", `{"spec":{"unschedulable":true}}`); err != nil {
+			t.Errorf("an admin cordoning a node: %v", err)
+		}
+	})
+}
+
+// grant binds a ClusterRole with rule to subject.
+func grant(t *testing.T, s *framework.APIServer, name string, subject rbacv1.Subject, rule rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{rule}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{subject},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// RBAC takes effect at once; give the authorizer cache a moment.
+	time.Sleep(200 * time.Millisecond)
+}
