@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apitypes "k8s.io/apimachinery/pkg/types"
@@ -290,13 +291,27 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Allocate as the scheduler would.
+	// The pod that uses it, on the plugin's node: the plugin finds it in
+	// its node-scoped pod cache and grants the claim to it.
+	if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "swap-user"},
+		Spec: corev1.PodSpec{NodeName: nodeName, ResourceClaims: []corev1.PodResourceClaim{{Name: "swap", ResourceClaimName: ptr.To(claim.Name)}},
+			Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "swap"}}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Allocate and reserve as the scheduler would.
 	shareID := "8f0e1d2c-3b4a-4596-8877-665544332211"
 	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
 		Request: "swap", Driver: "dra.swap", Pool: nodeName, Device: "swap",
 		ShareID:          ptr.To(apitypes.UID(shareID)),
 		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse("300Mi")},
 	}}}}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
 	claim, err = client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +335,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 		}
 		d := r.Devices[0]
 		if d.PoolName != nodeName || d.DeviceName != "swap" || d.GetShareId() != shareID ||
-			len(d.CdiDeviceIds) != 1 || d.CdiDeviceIds[0] != "dra.swap/swap="+string(claim.UID) {
+			len(d.CdiDeviceIds) != 1 || d.CdiDeviceIds[0] != "dra.swap/swap="+string(claim.UID)+"-0" {
 			t.Fatalf("prepare #%d device: %+v", i+1, d)
 		}
 	}
@@ -328,7 +343,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"DRA_SWAP_LIMIT_BYTES=314572800"`, `"--swap-limit=314572800"`, `"createRuntime"`} {
+	for _, want := range []string{`"DRA_SWAP_LIMIT_BYTES=314572800"`, `"--swap-limit=314572800"`, `"createRuntime"`, `"--pod-uid=` + string(pod.UID) + `"`} {
 		if !strings.Contains(string(spec), want) {
 			t.Errorf("CDI spec lacks %s: %s", want, spec)
 		}
