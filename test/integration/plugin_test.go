@@ -5,6 +5,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,13 +82,13 @@ func newHost(t *testing.T) hostTree {
 // runPlugin starts an API server with the node object, a fake host tree
 // and the kubelet plugin; the plugin stops, and must exit cleanly, when the
 // test ends.
-func runPlugin(t *testing.T) (context.Context, kubernetes.Interface, hostTree, plugin.Config) {
+func runPlugin(t *testing.T, configure ...func(*plugin.Config)) (context.Context, kubernetes.Interface, hostTree, plugin.Config) {
 	api := framework.StartAPIServer(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	createNode(t, ctx, api.Client)
 	h := newHost(t)
-	cfg, done := startPlugin(t, ctx, api.Client, h)
+	cfg, done := startPlugin(t, ctx, api.Client, h, configure...)
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -96,7 +98,7 @@ func runPlugin(t *testing.T) (context.Context, kubernetes.Interface, hostTree, p
 	return ctx, api.Client, h, cfg
 }
 
-func startPlugin(t *testing.T, ctx context.Context, client kubernetes.Interface, h hostTree) (plugin.Config, <-chan error) {
+func startPlugin(t *testing.T, ctx context.Context, client kubernetes.Interface, h hostTree, configure ...func(*plugin.Config)) (plugin.Config, <-chan error) {
 	dir := t.TempDir()
 	cfg := plugin.Config{
 		DriverName:     "dra.swap",
@@ -110,6 +112,9 @@ func startPlugin(t *testing.T, ctx context.Context, client kubernetes.Interface,
 		HookStateDir:   filepath.Join(dir, "hook"),
 		PluginDataDir:  filepath.Join(dir, "plugins", "dra.swap"),
 		RegistrarDir:   filepath.Join(dir, "plugins_registry"),
+	}
+	for _, c := range configure {
+		c(&cfg)
 	}
 	// The kubelet owns the registration directory; it exists before any plugin starts.
 	if err := os.MkdirAll(cfg.RegistrarDir, 0o750); err != nil {
@@ -273,7 +278,8 @@ func TestPluginPublishesSwap(t *testing.T) {
 // TestPluginPreparesOverGRPC calls the plugin's kubelet DRA gRPC v1 service
 // the way the kubelet does, for a claim allocated in the API server.
 func TestPluginPreparesOverGRPC(t *testing.T) {
-	ctx, client, _, cfg := runPlugin(t)
+	metricsPort := freePort(t)
+	ctx, client, h, cfg := runPlugin(t, func(c *plugin.Config) { c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort) })
 	waitForSlice(t, ctx, client, "the device is published", capacityIs(2*gi))
 
 	ns := "default"
@@ -352,6 +358,39 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 		t.Errorf("checkpoint = %s, %v", cp, err)
 	}
 
+	// The node's swap shrinks below what the prepared claim holds (a swap
+	// area was turned off): the device is tainted so nothing more is
+	// allocated here, the Node is told, the metrics show it, and a claim
+	// allocated against the earlier offer is refused with both numbers.
+	h.write("proc/swaps", swaps("/dev/vdb                                partition\t262144\t\t0\t\t-2\n"))
+	overcommitted := func(d *resourceapi.Device) bool {
+		return d != nil && len(d.Taints) == 1 && d.Taints[0].Key == plugin.TaintOvercommitted && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule
+	}
+	dev := waitForSlice(t, ctx, client, "the device is tainted overcommitted", overcommitted)
+	t.Logf("after the swap shrank: taint %s=%s", dev.Taints[0].Key, dev.Taints[0].Value)
+	waitForNodeEvent(t, ctx, client, plugin.ReasonOvercommitted, "hold 300Mi but the node offers 256Mi")
+	metrics := scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	for _, want := range []string{"dra_swap_node_swap_allocated_bytes 3.145728e+08", "dra_swap_node_swap_offered_bytes 2.68435456e+08"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	late := allocatedClaim(t, ctx, client, ns, "late-claim", "64Mi", pod)
+	resp, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ns, Name: late.Name, Uid: string(late.UID)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := resp.Claims[string(late.UID)].GetError(); !strings.Contains(msg, "the node offers 256Mi of swap now and its prepared claims hold 300Mi, so the 64Mi this claim was allocated cannot be granted") {
+		t.Errorf("a claim allocated against the earlier offer: %q", msg)
+	}
+	// The prepared claim itself is still answered.
+	if resp, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{pbClaim}}); err != nil || resp.Claims[string(claim.UID)].GetError() != "" {
+		t.Errorf("the prepared claim after the swap shrank: %+v, %v", resp, err)
+	}
+	h.write("proc/swaps", swaps("/dev/vdb                                partition\t2097152\t\t0\t\t-2\n"))
+	waitForSlice(t, ctx, client, "the taint is gone with the swap back", func(d *resourceapi.Device) bool { return d != nil && len(d.Taints) == 0 })
+	waitForNodeEvent(t, ctx, client, plugin.ReasonOvercommitCleared, "taint dra.swap/overcommitted removed")
+
 	for range 2 {
 		resp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{pbClaim}})
 		if err != nil || resp.Claims[string(claim.UID)].GetError() != "" {
@@ -361,4 +400,68 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.CDIDir, "dra.swap-swap_"+string(claim.UID)+".json")); !os.IsNotExist(err) {
 		t.Errorf("CDI spec still there: %v", err)
 	}
+}
+
+// allocatedClaim creates a claim of size allocated on the node and
+// reserved for pod, as the scheduler leaves it.
+func allocatedClaim(t *testing.T, ctx context.Context, client kubernetes.Interface, ns, name, size string, pod *corev1.Pod) *resourceapi.ResourceClaim {
+	t.Helper()
+	claim, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "swap", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "dra.swap"},
+		}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "swap", Driver: "dra.swap", Pool: nodeName, Device: "swap",
+		ShareID:          ptr.To(apitypes.UID("9f0e1d2c-3b4a-4596-8877-665544332299")),
+		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse(size)},
+	}}}}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	claim, err = client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claim
+}
+
+// waitForNodeEvent waits for the plugin's event on the node.
+func waitForNodeEvent(t *testing.T, ctx context.Context, client kubernetes.Interface, reason, text string) {
+	t.Helper()
+	var seen []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.kind=Node,regarding.name=" + nodeName})
+		if err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, e := range list.Items {
+			seen = append(seen, e.Reason+": "+e.Note)
+			if e.Reason == reason && strings.Contains(e.Note, text) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("node %s: no %s event saying %q; events: %q", nodeName, reason, text, seen)
+	}
+}
+
+// scrape returns a metrics page.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }

@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
+)
+
+// podCgroupLimit reads the swap budget of a container's pod on the node:
+// its parent cgroup's limit (v1 memsw − memory limit; v2 memory.swap.max,
+// -1 for "max").
+func (c *env) podCgroupLimit(t *testing.T, p *corev1.Pod, container string) int64 {
+	t.Helper()
+	version, root, group := c.hostCgroup(t, p, container)
+	limit, err := cgroupswap.ReadLimit(version, root, filepath.Dir(group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return limit
+}
+
+// TestPodSwapBudget: two containers share one 200Mi claim, which the
+// scheduler charged once. Each may swap up to the claim, and the pod's
+// cgroup holds their shared budget of 200Mi: when both allocate 150MiB
+// beyond their memory limits, together they cannot exceed it, so one of
+// them is OOM-killed (by design) while the other completes.
+func TestPodSwapBudget(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-200", "", 200*mi)
+	p := c.createPod(t, c.WorkloadPod(ns, "shared", map[string]string{"s": "swap-200"},
+		ctr{Name: "a", Claims: []string{"s"}, AllocMiB: 64 + 150, MemLimit: "64Mi", Hold: 5},
+		ctr{Name: "b", Claims: []string{"s"}, AllocMiB: 64 + 150, MemLimit: "64Mi", Hold: 5}))
+	p = c.waitPod(t, ns, p.Name, "both containers started", podTimeout, func(p *corev1.Pod) bool {
+		started := 0
+		for _, s := range p.Status.ContainerStatuses {
+			if s.ContainerID != "" {
+				started++
+			}
+		}
+		return started == 2
+	})
+	for _, name := range []string{"a", "b"} {
+		assertSwapLimit(t, c.report(t, p, name, "START"), 200*mi)
+	}
+	if got := c.podCgroupLimit(t, p, "a"); got != 200*mi {
+		t.Errorf("the pod's cgroup swap budget is %d, want %d", got, 200*mi)
+	}
+	c.waitEvent(t, p, corev1.EventTypeNormal, "SwapApplied", "the pod's containers share a swap budget of 200Mi")
+
+	p = c.waitPod(t, ns, p.Name, "completion", podTimeout, finished)
+	var used int64
+	killed := 0
+	for _, name := range []string{"a", "b"} {
+		switch reason := terminatedReason(p, name); reason {
+		case "OOMKilled":
+			killed++
+		case "Completed":
+			r := c.report(t, p, name, "RESULT")
+			used += r.SwapUsageBytes
+			t.Logf("container %s completed, swap used %d", name, r.SwapUsageBytes)
+		default:
+			t.Errorf("container %s ended %q", name, reason)
+		}
+	}
+	if killed == 0 {
+		t.Errorf("both containers swapped 150MiB each from one 200Mi claim: the pod's budget did not hold")
+	}
+	if used > 200*mi {
+		t.Errorf("the pod's containers used %d bytes of swap together, more than the claim's 200Mi", used)
+	}
+	t.Logf("shared 200Mi claim: %d of 2 containers OOM-killed at the pod's budget", killed)
+}
+
+// TestPerRequestReference: a container that references one request of a
+// claim gets that request's swap, not the claim's.
+func TestPerRequestReference(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	request := func(name string, bytes int64) resourceapi.DeviceRequest {
+		return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: "dra.swap",
+			Capacity:        &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"swap": *resource.NewQuantity(bytes, resource.BinarySI)}},
+		}}
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "two-requests"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{request("r1", 64*mi), request("r2", 32*mi)},
+		}}},
+	}
+	if _, err := c.client.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := c.WorkloadPod(ns, "per-request", map[string]string{"x": "two-requests"},
+		ctr{Name: "only-r2", Claims: []string{"x"}, AllocMiB: 1, MemLimit: "64Mi"},
+		ctr{Name: "whole", Claims: []string{"x"}, AllocMiB: 1, MemLimit: "64Mi"})
+	pod.Spec.Containers[0].Resources.Claims[0].Request = "r2"
+	p := c.createPod(t, pod)
+	p = c.waitPod(t, ns, p.Name, "completion", podTimeout, finished)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("phase %s: %s", p.Status.Phase, c.podMessages(t, p))
+	}
+	// Its only device is r2's, so its variable is r2's too.
+	assertSwapLimit(t, c.report(t, p, "only-r2", "START"), 32*mi)
+	if r := c.report(t, p, "whole", "START"); r.SwapLimitBytes != 96*mi {
+		t.Errorf("the container referencing the whole claim: swap limit %d, want %d", r.SwapLimitBytes, 96*mi)
+	}
+}
+
+// TestClaimSharedByPods: a claim is charged once, when it is allocated,
+// so its swap goes to one pod: the first pod that reserved it. The
+// kubelet prepares a claim once per node and does not ask the driver
+// again for the next pod; the CDI spec names the first pod and the hook
+// refuses the containers of any other, with an event that says to use a
+// ResourceClaimTemplate.
+func TestClaimSharedByPods(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	ctx := context.Background()
+	claim := cluster.SwapTemplate(ns, "shared", "", 64*mi).Spec.Spec
+	if _, err := c.client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}, Spec: claim,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	podUsing := func(name string) *corev1.Pod {
+		p := c.WorkloadPod(ns, name, nil, ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 1800})
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "swap", ResourceClaimName: ptr.To("shared")}}
+		return c.createPod(t, p)
+	}
+	first := podUsing("first")
+	first = c.waitPod(t, ns, first.Name, "running", podTimeout, running)
+	if got := c.hostSwapLimit(t, first, "worker"); got != 64*mi {
+		t.Fatalf("the first pod's swap limit %d, want %d", got, 64*mi)
+	}
+	second := podUsing("second")
+	second = c.waitPod(t, ns, second.Name, "scheduled", podTimeout, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+	c.waitEvent(t, second, corev1.EventTypeWarning, "SwapNotApplied", "a swap claim serves one pod (give each pod its own claim with a ResourceClaimTemplate)")
+	second, err := c.client.CoreV1().Pods(ns).Get(ctx, second.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range second.Status.ContainerStatuses {
+		if s.State.Running != nil {
+			t.Errorf("the second pod's container runs: it shares the first pod's claim")
+		}
+	}
+	msgs := c.podMessages(t, second)
+	if !strings.Contains(msgs, "grants its swap to pod "+string(first.UID)+" only") {
+		t.Errorf("the second pod's messages do not name the pod the claim is granted to:\n%s", msgs)
+	}
+	// The first pod keeps its swap.
+	if got := c.hostSwapLimit(t, first, "worker"); got != 64*mi {
+		t.Errorf("the first pod's swap limit became %d", got)
+	}
+}
