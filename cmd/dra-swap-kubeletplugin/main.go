@@ -20,6 +20,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/commandline"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
 )
 
@@ -35,10 +36,12 @@ type options struct {
 	kubeconfig     string
 	reserved       string
 	defaultRequest string
+	qps            float32
+	burst          int
 }
 
 func run(args []string) error {
-	o := options{cfg: plugin.Config{Discovery: discovery.Options{}}}
+	o := options{cfg: plugin.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig()}}
 	fs := pflag.NewFlagSet("dra-swap-kubeletplugin", pflag.ContinueOnError)
 	fs.StringVar(&o.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
 	fs.StringVar(&o.cfg.DriverName, "driver-name", "dra.swap", "DRA driver name.")
@@ -60,6 +63,18 @@ func run(args []string) error {
 	fs.BoolVar(&o.cfg.AllowCriticalPods, "allow-critical-pods", false, "Let system-node-critical and system-cluster-critical pods use swap.")
 	fs.StringVar(&o.cfg.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "The container runtime's NRI socket: the plugin registers there to put swap limits into containers' OCI specs and correct the kubelet's container updates. Empty turns NRI off; a missing socket is waited for.")
 	fs.DurationVar(&o.cfg.VerifyInterval, "verify-interval", 10*time.Second, "How often every prepared container's swap limit is read back from its cgroup and restored if something rewrote it.")
+	p := &o.cfg.Pressure
+	fs.DurationVar(&o.cfg.PressureInterval, "pressure-interval", 5*time.Second, "How often memory pressure (PSI) and swap use are sampled for the swap device's dra.swap/memory-pressure and dra.swap/swap-full taints; 0 turns the taints off.")
+	fs.Float64Var(&p.PressureSomeThreshold, "pressure-some-threshold", p.PressureSomeThreshold, "Memory pressure taint: set when PSI \"some\" avg10 (percent, the node's or the kubepods cgroup's, whichever is higher) stays at or above this for --pressure-set-after.")
+	fs.Float64Var(&p.PressureSomeClear, "pressure-some-clear", p.PressureSomeClear, "Memory pressure taint: cleared when \"some\" avg10 stays below this (and \"full\" below --pressure-full-clear) for --pressure-clear-after.")
+	fs.Float64Var(&p.PressureFullThreshold, "pressure-full-threshold", p.PressureFullThreshold, "Memory pressure taint: set when PSI \"full\" avg10 (percent) stays at or above this for --pressure-set-after.")
+	fs.Float64Var(&p.PressureFullClear, "pressure-full-clear", p.PressureFullClear, "Memory pressure taint: the \"full\" avg10 below which it may clear.")
+	fs.Float64Var(&p.SwapFullThreshold, "swap-full-threshold", p.SwapFullThreshold, "Swap-full taint: set when the fraction of swap in use stays at or above this for --pressure-set-after.")
+	fs.Float64Var(&p.SwapFullClear, "swap-full-clear", p.SwapFullClear, "Swap-full taint: cleared when the fraction of swap in use stays below this for --pressure-clear-after.")
+	fs.DurationVar(&p.SetAfter, "pressure-set-after", p.SetAfter, "How long a condition must hold before its taint is set.")
+	fs.DurationVar(&p.ClearAfter, "pressure-clear-after", p.ClearAfter, "How long a condition must be gone before its taint is cleared.")
+	fs.Float32Var(&o.qps, "kube-api-qps", 50, "Queries per second to the API server.")
+	fs.IntVar(&o.burst, "kube-api-burst", 100, "Burst of queries to the API server.")
 	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics, readiness (registered with the kubelet) at /readyz and liveness (the plugin runs) at /healthz; disabled when empty.")
 
 	if err := commandline.Parse(fs, args); err != nil {
@@ -80,6 +95,10 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.qps <= 0 || o.burst <= 0 {
+		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d must be positive", o.qps, o.burst)
+	}
+	restConfig.QPS, restConfig.Burst = o.qps, o.burst
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)

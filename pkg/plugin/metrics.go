@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/component-base/metrics"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/pressure"
 )
 
 const (
@@ -25,6 +27,10 @@ type Metrics struct {
 	restored  *metrics.CounterVec
 	failed    *metrics.CounterVec
 	nri       *metrics.Gauge
+	psi       *metrics.GaugeVec
+	psiOK     *metrics.Gauge
+	swapUsed  *metrics.Gauge
+	tainted   *metrics.GaugeVec
 }
 
 // NewMetrics creates and registers the plugin's metrics.
@@ -72,9 +78,63 @@ func NewMetrics() *Metrics {
 			Namespace: "dra_swap", Name: "nri_connected",
 			Help: "1 while the plugin is registered with the container runtime over NRI (limits set in the OCI spec and updates corrected), 0 otherwise (the CDI hook and the verifier alone).", StabilityLevel: metrics.ALPHA,
 		}),
+		psi: metrics.NewGaugeVec(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "node_memory_pressure_percent",
+			Help: "Memory pressure stall (PSI avg10, percent) that the swap device's memory-pressure taint follows: source node (/proc/pressure/memory) or kubepods (the kubepods cgroup, cgroup v2), kind some or full.", StabilityLevel: metrics.ALPHA,
+		}, []string{"source", "kind"}),
+		psiOK: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "psi_available",
+			Help: "1 when the node's pressure stall information is readable, 0 when it is not (no memory-pressure taint then; swap-full still works).", StabilityLevel: metrics.ALPHA,
+		}),
+		swapUsed: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "node_swap_used_ratio",
+			Help: "Fraction (0..1) of the node's swap in use, as the swap-full taint sees it.", StabilityLevel: metrics.ALPHA,
+		}),
+		tainted: metrics.NewGaugeVec(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "device_taint",
+			Help: "1 while the node's swap device carries the taint (dra.swap/memory-pressure, dra.swap/swap-full, dra.swap/overcommitted), 0 otherwise.", StabilityLevel: metrics.ALPHA,
+		}, []string{"key"}),
 	}
-	m.registry.MustRegister(m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri)
+	m.registry.MustRegister(m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
+		m.psi, m.psiOK, m.swapUsed, m.tainted)
+	for _, key := range []string{pressure.TaintMemoryPressure, pressure.TaintSwapFull, TaintOvercommitted} {
+		m.tainted.WithLabelValues(key).Set(0)
+	}
 	return m
+}
+
+// setPressure shows what the pressure monitor saw and which of its taints
+// are set.
+func (m *Metrics) setPressure(f pressure.Figures, active []pressure.Taint) {
+	for source, s := range map[string]pressure.SourceFigures{"node": f.Node, "kubepods": f.Kubepods} {
+		if !s.Present {
+			m.psi.DeleteLabelValues(source, "some")
+			m.psi.DeleteLabelValues(source, "full")
+			continue
+		}
+		m.psi.WithLabelValues(source, "some").Set(s.SomeAvg10)
+		m.psi.WithLabelValues(source, "full").Set(s.FullAvg10)
+	}
+	m.psiOK.Set(boolValue(f.PSIAvailable))
+	m.swapUsed.Set(f.SwapUsedFraction)
+	set := map[string]bool{}
+	for _, t := range active {
+		set[t.Key] = true
+	}
+	for _, key := range []string{pressure.TaintMemoryPressure, pressure.TaintSwapFull} {
+		m.tainted.WithLabelValues(key).Set(boolValue(set[key]))
+	}
+}
+
+func (m *Metrics) setOvercommitted(tainted bool) {
+	m.tainted.WithLabelValues(TaintOvercommitted).Set(boolValue(tainted))
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Handler serves the metrics in the Prometheus text format.

@@ -35,12 +35,36 @@ type Publisher struct {
 	Prepared func() (int64, error)
 	// NodeEvent, if set, records an event on the Node.
 	NodeEvent func(eventType, reason, message string)
+	// Overcommitted, if set, is told after each check whether the device
+	// carries TaintOvercommitted (for the metrics).
+	Overcommitted func(bool)
+	// ExtraTaints, if set, returns more taints for the device (the
+	// pressure taints), each keeping its TimeAdded while it stays.
+	ExtraTaints func() []resourceapi.DeviceTaint
 	// Now is the clock (time.Now).
 	Now func() time.Time
 
 	taints deviceTaints
 	mu     sync.Mutex
 	state  publishedState
+	kicks  chan struct{}
+}
+
+// Kick makes Run sync now (a taint came or went).
+func (p *Publisher) Kick() {
+	select {
+	case p.kickChan() <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Publisher) kickChan() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.kicks == nil {
+		p.kicks = make(chan struct{}, 1)
+	}
+	return p.kicks
 }
 
 // Event reasons on the Node.
@@ -105,6 +129,9 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	}
 	p.checkOvercommit(ctx, offer)
 	device.Taints = append(device.Taints, p.taints.list()...)
+	if p.ExtraTaints != nil && reason == "" {
+		device.Taints = append(device.Taints, p.ExtraTaints()...)
+	}
 	p.mu.Lock()
 	unchanged := p.state.synced && equality.Semantic.DeepEqual(device, p.state.device)
 	if facts.SwapBehaviorProblem != "" && facts.SwapBehaviorProblem != p.state.facts.SwapBehaviorProblem {
@@ -146,6 +173,9 @@ func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
 	if p.Now != nil {
 		now = p.Now
 	}
+	if p.Overcommitted != nil {
+		defer func() { p.Overcommitted(p.taints.has(TaintOvercommitted)) }()
+	}
 	if prepared > offer {
 		value := fmt.Sprintf("held-%dMi-offered-%dMi", prepared>>20, offer>>20)
 		if p.taints.set(TaintOvercommitted, value, now()) {
@@ -179,12 +209,14 @@ func (p *Publisher) Run(ctx context.Context, interval time.Duration, trigger <-c
 	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	kicks := p.kickChan()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		case <-trigger:
+		case <-kicks:
 		}
 		if _, err := p.Sync(ctx); err != nil {
 			logger.Error(err, "Swap rediscovery failed; keeping the last published state")

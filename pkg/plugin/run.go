@@ -28,6 +28,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/nriplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/prepare"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/verify"
 )
@@ -70,6 +71,11 @@ type Config struct {
 	// VerifyInterval is how often every prepared container's swap limit
 	// is read back and restored if something rewrote it.
 	VerifyInterval time.Duration
+	// Pressure says when the swap device is tainted for memory pressure
+	// or full swap; PressureInterval is how often it is sampled (0: never,
+	// no pressure taints).
+	Pressure         pressure.Config
+	PressureInterval time.Duration
 }
 
 // Validate checks the configuration.
@@ -83,6 +89,14 @@ func (c *Config) Validate() error {
 	}
 	if c.VerifyInterval <= 0 {
 		errs = append(errs, fmt.Errorf("verify interval %v must be positive", c.VerifyInterval))
+	}
+	if c.PressureInterval < 0 {
+		errs = append(errs, fmt.Errorf("pressure interval %v must not be negative", c.PressureInterval))
+	}
+	if c.PressureInterval > 0 {
+		if err := c.Pressure.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("pressure taints: %w", err))
+		}
 	}
 	if c.NRISocket != "" && !filepath.IsAbs(c.NRISocket) {
 		errs = append(errs, fmt.Errorf("NRI socket %q must be an absolute path", c.NRISocket))
@@ -215,6 +229,22 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		Offer:             publisher.Offer,
 		Events:            podEventSink{recorder},
 	}, writer, store, pods)
+	publisher.Overcommitted = metrics.setOvercommitted
+	var watcher *pressureWatcher
+	if cfg.PressureInterval > 0 {
+		monitor, err := pressure.NewMonitor(cfg.Pressure)
+		if err != nil {
+			return fmt.Errorf("pressure taints: %w", err)
+		}
+		root := rootOf(cfg.Discovery)
+		watcher = &pressureWatcher{
+			source:  pressure.Source{Root: root, CgroupV2KubepodsPath: kubepodsCgroup(root, facts.CgroupVersion)},
+			monitor: monitor, metrics: metrics, nodeEvent: publisher.NodeEvent, kick: publisher.Kick, now: time.Now,
+		}
+		publisher.ExtraTaints = watcher.taints
+		logger.Info("Watching memory pressure and swap use for the device's taints", "interval", cfg.PressureInterval,
+			"kubepodsCgroup", watcher.source.CgroupV2KubepodsPath, "config", cfg.Pressure)
+	}
 	publisher.Prepared = func() (int64, error) {
 		_, swapBytes, err := manager.Prepared()
 		return swapBytes, err
@@ -245,6 +275,10 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		kubeletplugin.DriverName(cfg.DriverName),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
+		// The Manager handles concurrent calls (and the other instance's)
+		// under the checkpoint's lock: independent pods' claims are looked
+		// up and planned in parallel instead of one call at a time.
+		kubeletplugin.Serialize(false),
 	}
 	if cfg.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(cfg.PodUID)))
@@ -269,6 +303,9 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder}
 	wg.Go(func() { emitter.Run(ctx, time.Second) })
 	wg.Go(func() { verifier.Run(ctx, cfg.VerifyInterval) })
+	if watcher != nil {
+		wg.Go(func() { watcher.run(ctx, cfg.PressureInterval) })
+	}
 	if nri != nil {
 		wg.Go(func() { nri.Run(ctx) })
 	}
