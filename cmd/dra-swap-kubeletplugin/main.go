@@ -73,6 +73,7 @@ func run(args []string) error {
 	fs.Float64Var(&p.SwapFullClear, "swap-full-clear", p.SwapFullClear, "Swap-full taint: cleared when the fraction of swap in use stays below this for --pressure-clear-after.")
 	fs.DurationVar(&p.SetAfter, "pressure-set-after", p.SetAfter, "How long a condition must hold before its taint is set.")
 	fs.DurationVar(&p.ClearAfter, "pressure-clear-after", p.ClearAfter, "How long a condition must be gone before its taint is cleared.")
+	fs.BoolVar(&o.cfg.ClaimUsageMetrics, "claim-usage-metrics", false, "Export dra_swap_claim_swap_used_bytes{namespace,claim}, the swap in use by each prepared claim's containers: one series per claim.")
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "Queries per second to the API server.")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "Burst of queries to the API server.")
 	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics, readiness (registered with the kubelet) at /readyz and liveness (the plugin runs) at /healthz; disabled when empty.")

@@ -42,6 +42,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// MetricNames are the names of the controller's own metrics (besides
+// controller-runtime's).
+func MetricNames() []string {
+	return []string{"dra_swap_controller_pod_label_patches_total", "dra_swap_controller_node_label_patches_total"}
+}
+
 func (m *Metrics) podPatched() {
 	if m != nil {
 		m.podPatches.Inc()

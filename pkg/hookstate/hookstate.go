@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
@@ -287,6 +288,26 @@ func Sum(dir string) (Totals, error) {
 		total.SwapHigh = &high
 	}
 	return t, nil
+}
+
+// Claims returns the UIDs of the claims that have a share in the
+// container's records, each once.
+func Claims(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read hook state %s: %w", dir, err)
+	}
+	var uids []string
+	for _, e := range entries {
+		if !shareKeyPattern.MatchString(e.Name()) {
+			continue
+		}
+		uid, _, _ := strings.Cut(e.Name(), ".")
+		if !slices.Contains(uids, uid) {
+			uids = append(uids, uid)
+		}
+	}
+	return uids, nil
 }
 
 // List returns the IDs of the containers that have a directory under

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"k8s.io/component-base/metrics"
@@ -31,6 +32,9 @@ type Metrics struct {
 	psiOK     *metrics.Gauge
 	swapUsed  *metrics.Gauge
 	tainted   *metrics.GaugeVec
+	// claimUsed is registered only when per-claim metrics are on.
+	claimUsed *metrics.GaugeVec
+	names     []string
 }
 
 // NewMetrics creates and registers the plugin's metrics.
@@ -95,8 +99,16 @@ func NewMetrics() *Metrics {
 			Help: "1 while the node's swap device carries the taint (dra.swap/memory-pressure, dra.swap/swap-full, dra.swap/overcommitted), 0 otherwise.", StabilityLevel: metrics.ALPHA,
 		}, []string{"key"}),
 	}
-	m.registry.MustRegister(m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
-		m.psi, m.psiOK, m.swapUsed, m.tainted)
+	m.claimUsed = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "dra_swap", Name: "claim_swap_used_bytes",
+		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "claim"})
+	all := []metrics.Registerable{m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
+		m.psi, m.psiOK, m.swapUsed, m.tainted}
+	m.registry.MustRegister(all...)
+	for _, c := range append(all, m.claimUsed) {
+		m.names = append(m.names, c.FQName())
+	}
 	for _, key := range []string{pressure.TaintMemoryPressure, pressure.TaintSwapFull, TaintOvercommitted} {
 		m.tainted.WithLabelValues(key).Set(0)
 	}
@@ -136,6 +148,12 @@ func boolValue(b bool) float64 {
 	}
 	return 0
 }
+
+// Names are the names of every metric the plugin can export.
+func (m *Metrics) Names() []string { return slices.Clone(m.names) }
+
+// enableClaimUsage registers the per-claim usage gauges.
+func (m *Metrics) enableClaimUsage() { m.registry.MustRegister(m.claimUsed) }
 
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {

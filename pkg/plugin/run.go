@@ -76,6 +76,9 @@ type Config struct {
 	// no pressure taints).
 	Pressure         pressure.Config
 	PressureInterval time.Duration
+	// ClaimUsageMetrics exports the swap in use per prepared claim, one
+	// series per claim (refreshed every VerifyInterval).
+	ClaimUsageMetrics bool
 }
 
 // Validate checks the configuration.
@@ -305,6 +308,11 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	wg.Go(func() { verifier.Run(ctx, cfg.VerifyInterval) })
 	if watcher != nil {
 		wg.Go(func() { watcher.run(ctx, cfg.PressureInterval) })
+	}
+	if cfg.ClaimUsageMetrics {
+		metrics.enableClaimUsage()
+		usage := &usageReporter{stateDir: cfg.HookStateDir, cgroupRoot: verifier.CgroupRoot, store: store, metrics: metrics}
+		wg.Go(func() { usage.run(ctx, cfg.VerifyInterval) })
 	}
 	if nri != nil {
 		wg.Go(func() { nri.Run(ctx) })
