@@ -13,7 +13,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 REGISTRY ?=
 IMAGES_DIR ?= $(CURDIR)/_output/images
 
-GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/...
+GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./test/monitoring/...
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
 .PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench k8s-binaries helm manifests deps clean

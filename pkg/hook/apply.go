@@ -44,6 +44,12 @@ func Apply(cfg Config, req Request, state *specs.State) error {
 	if r, ok := podevents.FromAnnotations(state.Annotations); ok {
 		r.LimitBytes, r.CgroupVersion, r.Time = total.SwapLimit, version, time.Now()
 		r.PodLimitBytes = req.Share.PodSwapLimit
+		r.Claims = []string{req.ClaimUID}
+		if dir, derr := hookstate.Dir(cfg.StateDir, state.ID); err == nil && derr == nil {
+			if claims, cerr := hookstate.Claims(dir); cerr == nil && len(claims) > 0 {
+				r.Claims = claims
+			}
+		}
 		if err != nil {
 			r.Error = err.Error()
 		}

@@ -33,6 +33,8 @@ type driver struct {
 	metrics   *Metrics
 	// fatal cancels the plugin's main context on unrecoverable errors.
 	fatal func(error)
+	// unprepared, if set, is told which claims were unprepared.
+	unprepared func([]types.UID)
 }
 
 var _ kubeletplugin.DRAPlugin = &driver{}
@@ -51,8 +53,15 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	start := time.Now()
 	results := d.manager.Unprepare(ctx, claims)
-	for _, err := range results {
+	var done []types.UID
+	for uid, err := range results {
 		d.metrics.observe(opUnprepare, err, time.Since(start))
+		if err == nil {
+			done = append(done, uid)
+		}
+	}
+	if d.unprepared != nil {
+		d.unprepared(done)
 	}
 	return results, nil
 }

@@ -32,6 +32,7 @@ type Metrics struct {
 	psiOK     *metrics.Gauge
 	swapUsed  *metrics.Gauge
 	tainted   *metrics.GaugeVec
+	statusErr *metrics.Counter
 	// claimUsed is registered only when per-claim metrics are on.
 	claimUsed *metrics.GaugeVec
 	names     []string
@@ -99,12 +100,16 @@ func NewMetrics() *Metrics {
 			Help: "1 while the node's swap device carries the taint (dra.swap/memory-pressure, dra.swap/swap-full, dra.swap/overcommitted), 0 otherwise.", StabilityLevel: metrics.ALPHA,
 		}, []string{"key"}),
 	}
+	m.statusErr = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "dra_swap", Name: "claim_status_write_failures_total",
+		Help: "Writes of a claim's status.devices (what was granted and applied) that failed after retries.", StabilityLevel: metrics.ALPHA,
+	})
 	m.claimUsed = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "claim_swap_used_bytes",
 		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
 	}, []string{"namespace", "claim"})
 	all := []metrics.Registerable{m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
-		m.psi, m.psiOK, m.swapUsed, m.tainted}
+		m.psi, m.psiOK, m.swapUsed, m.tainted, m.statusErr}
 	m.registry.MustRegister(all...)
 	for _, c := range append(all, m.claimUsed) {
 		m.names = append(m.names, c.FQName())
@@ -137,6 +142,8 @@ func (m *Metrics) setPressure(f pressure.Figures, active []pressure.Taint) {
 		m.tainted.WithLabelValues(key).Set(boolValue(set[key]))
 	}
 }
+
+func (m *Metrics) statusFailed() { m.statusErr.Inc() }
 
 func (m *Metrics) setOvercommitted(tainted bool) {
 	m.tainted.WithLabelValues(TaintOvercommitted).Set(boolValue(tainted))

@@ -216,6 +216,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err != nil {
 		return err
 	}
+	statuses := newClaimStatuses(client, cfg.DriverName, cfg.NodeName, metrics)
 	manager := prepare.NewManager(prepare.Options{
 		DriverName: cfg.DriverName,
 		PoolName:   cfg.NodeName,
@@ -231,6 +232,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		Recorded:          metrics.setPrepared,
 		Offer:             publisher.Offer,
 		Events:            podEventSink{recorder},
+		Prepared:          statuses.prepared,
 	}, writer, store, pods)
 	publisher.Overcommitted = metrics.setOvercommitted
 	var watcher *pressureWatcher
@@ -252,7 +254,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		_, swapBytes, err := manager.Prepared()
 		return swapBytes, err
 	}
-	d := &driver{poolName: cfg.NodeName, manager: manager, publisher: publisher, metrics: metrics, fatal: cancel}
+	d := &driver{poolName: cfg.NodeName, manager: manager, publisher: publisher, metrics: metrics, fatal: cancel, unprepared: statuses.unprepared}
 	if claims, swapBytes, err := manager.Prepared(); err != nil {
 		logger.Error(err, "Cannot read the prepared claims for the metrics")
 	} else {
@@ -303,7 +305,8 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 
 	// The hook's outcomes become events on the pods; the verifier and the
 	// NRI plugin keep the limits true from here on.
-	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder}
+	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder, Reported: statuses.reported}
+	wg.Go(func() { statuses.run(ctx) })
 	wg.Go(func() { emitter.Run(ctx, time.Second) })
 	wg.Go(func() { verifier.Run(ctx, cfg.VerifyInterval) })
 	if watcher != nil {

@@ -45,7 +45,10 @@ type Record struct {
 	Container  string `json:"container"`
 	LimitBytes int64  `json:"limitBytes"`
 	// PodLimitBytes is the pod's swap budget, when its containers share one.
-	PodLimitBytes *int64    `json:"podLimitBytes,omitempty"`
+	PodLimitBytes *int64 `json:"podLimitBytes,omitempty"`
+	// Claims are the UIDs of the container's dra.swap claims (or, when the
+	// hook failed, of the claim whose hook failed).
+	Claims        []string  `json:"claims,omitempty"`
 	CgroupVersion int       `json:"cgroupVersion,omitempty"`
 	Error         string    `json:"error,omitempty"`
 	Time          time.Time `json:"time"`
@@ -109,7 +112,10 @@ type Emitter struct {
 	Recorder events.EventRecorder
 	// MaxAge drops records older than this without an event (10m).
 	MaxAge time.Duration
-	Now    func() time.Time
+	// Reported, if set, is told about every record emitted (for the
+	// claims' status).
+	Reported func(r Record)
+	Now      func() time.Time
 }
 
 // Flush emits an event for every record and deletes it. A malformed record
@@ -146,6 +152,9 @@ func (e *Emitter) Flush(ctx context.Context) (int, error) {
 			logger.V(2).Info("Dropping stale hook event record", "path", path, "time", r.Time)
 		default:
 			e.emit(r)
+			if e.Reported != nil {
+				e.Reported(r)
+			}
 			emitted++
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {

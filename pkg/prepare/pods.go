@@ -142,6 +142,21 @@ func resultIndexOf(uid types.UID, ids []string) int {
 // first), the shares it uses: every result of a claim it references as a
 // whole, the results of one request for a reference naming a request.
 func containerShares(pod *corev1.Pod, sharesOf shareSource) [][]share {
+	var out [][]share
+	for _, c := range namedContainerShares(pod, sharesOf) {
+		out = append(out, c.shares)
+	}
+	return out
+}
+
+// containerUse is what one container of a pod uses.
+type containerUse struct {
+	name   string
+	shares []share
+}
+
+// namedContainerShares is containerShares with the containers' names.
+func namedContainerShares(pod *corev1.Pod, sharesOf shareSource) []containerUse {
 	// Pod-level claim name -> ResourceClaim name.
 	resolved := map[string]string{}
 	for _, pc := range pod.Spec.ResourceClaims {
@@ -154,7 +169,7 @@ func containerShares(pod *corev1.Pod, sharesOf shareSource) [][]share {
 			resolved[s.Name] = *s.ResourceClaimName
 		}
 	}
-	var out [][]share
+	var out []containerUse
 	visit := func(c *corev1.Container) {
 		used := map[string]share{}
 		for _, ref := range c.Resources.Claims {
@@ -173,7 +188,7 @@ func containerShares(pod *corev1.Pod, sharesOf shareSource) [][]share {
 		for _, k := range keys {
 			shares = append(shares, used[k])
 		}
-		out = append(out, shares)
+		out = append(out, containerUse{name: c.Name, shares: shares})
 	}
 	for i := range pod.Spec.InitContainers {
 		visit(&pod.Spec.InitContainers[i])
@@ -200,22 +215,27 @@ type podTotals struct {
 	// budget, if set, is the pod's swap budget: the sum of its claims,
 	// when its containers could together use more.
 	budget *int64
+	// containers maps a share's key to the containers that use it and
+	// each one's total.
+	containers map[string]map[string]int64
 }
 
 // totalsFor works out what the granted pod's containers get.
 func totalsFor(pod *corev1.Pod, sharesOf shareSource) (podTotals, []string) {
-	t := podTotals{env: map[string]int64{}}
+	t := podTotals{env: map[string]int64{}, containers: map[string]map[string]int64{}}
 	var conflicts []string
 	perShare := map[string]map[int64]bool{}
 	var containers int64
-	for _, shares := range containerShares(pod, sharesOf) {
-		total := sum(shares)
+	for _, c := range namedContainerShares(pod, sharesOf) {
+		total := sum(c.shares)
 		containers += total
-		for _, s := range shares {
+		for _, s := range c.shares {
 			if perShare[s.key()] == nil {
 				perShare[s.key()] = map[int64]bool{}
+				t.containers[s.key()] = map[string]int64{}
 			}
 			perShare[s.key()][total] = true
+			t.containers[s.key()][c.name] = total
 		}
 	}
 	for k, totals := range perShare {

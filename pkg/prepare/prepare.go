@@ -88,6 +88,32 @@ type Options struct {
 	Offer func() int64
 	// Events, if set, receives events for the pods that use a claim.
 	Events EventSink
+	// Prepared, if set, is told what each prepared claim grants (after the
+	// checkpoint was saved), for the claim's status.
+	Prepared func(ClaimReport)
+}
+
+// ClaimReport is what prepare granted for one claim.
+type ClaimReport struct {
+	Claim *resourceapi.ResourceClaim
+	// Pod is the pod the claim is granted to (empty when none exists).
+	Pod types.NamespacedName
+	// PodSwapLimitBytes is the pod's swap budget, when it has one.
+	PodSwapLimitBytes *int64
+	Results           []ResultReport
+}
+
+// ResultReport is what one allocation result grants.
+type ResultReport struct {
+	Result resourceapi.DeviceRequestAllocationResult
+	// SwapBytes is what the result grants (0 with admin access).
+	SwapBytes   int64
+	AdminAccess bool
+	// Config is the SwapConfig that took effect.
+	Config *v1alpha1.SwapConfig
+	// Containers are the granted pod's containers that get the result's
+	// device, each with its swap limit (the sum of all its claims).
+	Containers map[string]int64
 }
 
 // Manager prepares and unprepares claims. It is safe for concurrent use,
@@ -225,15 +251,17 @@ func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceCla
 	}
 
 	prepared := map[types.UID][]kubeletplugin.Device{}
+	reports := map[types.UID]ClaimReport{}
 	var added []types.UID // claims whose spec is new
 	err := m.update(func(cp *checkpoint.Checkpoint) error {
 		for _, plan := range ready {
-			devices, isNew, err := m.apply(ctx, cp, plan, batch)
+			devices, isNew, report, err := m.apply(ctx, cp, plan, batch)
 			if err != nil {
 				fail(plan.claim, err)
 				continue
 			}
 			prepared[plan.claim.UID] = devices
+			reports[plan.claim.UID] = report
 			if isNew {
 				added = append(added, plan.claim.UID)
 			}
@@ -266,6 +294,9 @@ func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceCla
 		logger.V(2).Info("Prepared swap claim", "claim", klog.KObj(claim), "uid", claim.UID, "swapBytes", plan.bytes)
 		results[claim.UID] = kubeletplugin.PrepareResult{Devices: prepared[claim.UID]}
 		m.tellAdminAccess(plan)
+		if m.opts.Prepared != nil {
+			m.opts.Prepared(reports[claim.UID])
+		}
 	}
 	return results
 }
@@ -296,23 +327,23 @@ func claimError(claim *resourceapi.ResourceClaim, err error) error {
 // cp did not hold the claim before. On failure cp is unchanged. A claim
 // that cp holds and whose spec exists is answered as recorded: the kubelet
 // may already have handed its device IDs to containers.
-func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]*claimPlan) (devices []kubeletplugin.Device, isNew bool, err error) {
+func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]*claimPlan) (devices []kubeletplugin.Device, isNew bool, report ClaimReport, err error) {
 	claim := plan.claim
+	edits, report := m.edits(ctx, cp, plan, batch)
 	if info, ok := cp.Claims[claim.UID]; ok {
 		has, err := m.specs.Has(string(claim.UID))
 		if err != nil {
-			return nil, false, err
+			return nil, false, report, err
 		}
 		if has {
-			return recordedDevices(info), false, nil
+			return recordedDevices(info), false, report, nil
 		}
 	} else if err := m.checkOffer(cp, plan); err != nil {
-		return nil, false, err
+		return nil, false, report, err
 	}
 	_, wasPrepared := cp.Claims[claim.UID]
-	edits := m.edits(ctx, cp, plan, batch)
 	if err := m.specs.Write(edits); err != nil {
-		return nil, false, err
+		return nil, false, report, err
 	}
 	devices = make([]kubeletplugin.Device, 0, len(plan.results))
 	saved := make([]checkpoint.PreparedDevice, 0, len(plan.results))
@@ -331,7 +362,7 @@ func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *cl
 	cp.Claims[claim.UID] = checkpoint.ClaimInfo{
 		Namespace: claim.Namespace, Name: claim.Name, SwapBytes: plan.bytes, EnvBytes: envBytes, Devices: saved,
 	}
-	return devices, !wasPrepared, nil
+	return devices, !wasPrepared, report, nil
 }
 
 func recordedDevices(info checkpoint.ClaimInfo) []kubeletplugin.Device {
@@ -368,12 +399,14 @@ func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI
 // edits are the claim's CDI edits: one device per result, each with its
 // own bytes and config; the pod the claim is granted to and, when its
 // containers share claims, the pod's budget.
-func (m *Manager) edits(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]*claimPlan) cdi.ClaimEdits {
+func (m *Manager) edits(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]*claimPlan) (cdi.ClaimEdits, ClaimReport) {
 	claim := plan.claim
 	edits := cdi.ClaimEdits{ClaimUID: string(claim.UID)}
+	report := ClaimReport{Claim: claim}
 	var pt podTotals
 	if pod := plan.grantedPod(); pod != nil {
 		edits.PodUID = string(pod.UID)
+		report.Pod = types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
 		byName := map[string]*claimPlan{}
 		for key, p := range batch {
 			if key.Namespace == claim.Namespace {
@@ -387,12 +420,15 @@ func (m *Manager) edits(ctx context.Context, cp *checkpoint.Checkpoint, plan *cl
 				"claim", klog.KObj(claim), "pod", klog.KObj(pod), "shares", conflicts)
 		}
 		edits.PodSwapLimitBytes = pt.budget
+		report.PodSwapLimitBytes = pt.budget
 	}
 	for _, r := range plan.results {
 		d := cdi.DeviceEdits{ResultIndex: r.index, AdminAccess: r.admin, SwapLimitBytes: r.bytes, EnvBytes: r.bytes}
-		if env, ok := pt.env[share{claim: claim.Name, index: r.index}.key()]; ok {
+		key := share{claim: claim.Name, index: r.index}.key()
+		if env, ok := pt.env[key]; ok {
 			d.EnvBytes = env
 		}
+		report.Results = append(report.Results, ResultReport{Result: r.result, SwapBytes: r.bytes, AdminAccess: r.admin, Config: r.config, Containers: pt.containers[key]})
 		if !r.admin {
 			if p := r.config.SwapHighPercent; p != nil {
 				high := r.bytes * int64(*p) / 100
@@ -408,7 +444,7 @@ func (m *Manager) edits(ctx context.Context, cp *checkpoint.Checkpoint, plan *cl
 		}
 		edits.Devices = append(edits.Devices, d)
 	}
-	return edits
+	return edits, report
 }
 
 // Unprepare removes the claims' specs and checkpoint entries. A claim that

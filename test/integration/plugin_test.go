@@ -357,6 +357,26 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	if cp, err := os.ReadFile(filepath.Join(cfg.PluginDataDir, "checkpoint.json")); err != nil || !strings.Contains(string(cp), string(claim.UID)) {
 		t.Errorf("checkpoint = %s, %v", cp, err)
 	}
+	// The claim's status says what was granted, to whom, and that the
+	// containers have not started yet.
+	var status []resourceapi.AllocatedDeviceStatus
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		c, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		status = c.Status.Devices
+		return len(status) == 1, nil
+	}); err != nil {
+		t.Fatalf("the claim's status.devices: %+v", status)
+	}
+	d0 := status[0]
+	if d0.Driver != "dra.swap" || d0.Pool != nodeName || d0.Device != "swap" || ptr.Deref(d0.ShareID, "") != shareID ||
+		len(d0.Conditions) != 1 || d0.Conditions[0].Type != plugin.ConditionSwapApplied || d0.Conditions[0].Status != metav1.ConditionUnknown ||
+		d0.Data == nil || !strings.Contains(string(d0.Data.Raw), `"swapBytes":314572800`) || !strings.Contains(string(d0.Data.Raw), `"containers":{"app":314572800}`) {
+		t.Errorf("device status %+v, data %s", d0, d0.Data)
+	}
+	t.Logf("status.devices[0]: condition %s=%s (%s), data %s", d0.Conditions[0].Type, d0.Conditions[0].Status, d0.Conditions[0].Message, d0.Data.Raw)
 
 	// The node's swap shrinks below what the prepared claim holds (a swap
 	// area was turned off): the device is tainted so nothing more is

@@ -1,0 +1,75 @@
+package plugin
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/prepare"
+)
+
+// The condition follows the hook's outcomes: Unknown until the containers
+// started, True once every one got its limit, False with the hook's error,
+// False for admin access; its transition time moves only when its status
+// does.
+func TestClaimStatusConditions(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	s := newClaimStatuses(nil, "dra.swap", "node-a", NewMetrics())
+	s.now = func() time.Time { return now }
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
+	result := func(request string, admin bool) prepare.ResultReport {
+		r := prepare.ResultReport{Result: resourceapi.DeviceRequestAllocationResult{Request: request, Driver: "dra.swap", Pool: "node-a", Device: "swap",
+			ShareID: ptr.To(types.UID("share-" + request))}, SwapBytes: 100 << 20, AdminAccess: admin, Config: &v1alpha1.SwapConfig{}}
+		if !admin {
+			r.Containers = map[string]int64{"a": 100 << 20, "b": 100 << 20}
+		}
+		return r
+	}
+	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"},
+		Results: []prepare.ResultReport{result("swap", false), result("admin", true)}})
+	conditions := func() []string {
+		t.Helper()
+		ac, err := s.applyConfiguration(s.claims["claim-uid"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range ac.Status.Devices {
+			c := d.Conditions[0]
+			out = append(out, string(*c.Status)+" "+*c.Reason+": "+*c.Message+" @"+c.LastTransitionTime.Format(time.TimeOnly))
+		}
+		return out
+	}
+	check := func(want ...string) {
+		t.Helper()
+		got := conditions()
+		for i, w := range want {
+			if i >= len(got) || !strings.HasPrefix(got[i], w) {
+				t.Errorf("conditions %q, want prefixes %q", got, want)
+				return
+			}
+		}
+	}
+	check("Unknown Prepared: prepared on node node-a; waiting for container a, b to start @12:00:00", "False AdminAccess")
+	now = now.Add(time.Minute)
+	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	check("Unknown Prepared: prepared on node node-a; waiting for container b to start @12:00:00")
+	// Another pod's container with the claim changes nothing.
+	s.reported(podevents.Record{Namespace: "ns", Pod: "other", Container: "b", Error: "refused", Claims: []string{"claim-uid"}})
+	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "b", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	check("True Applied: swap limit applied on node node-a to container a (100Mi), b (100Mi) @12:01:00")
+	now = now.Add(time.Minute)
+	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "b", Error: "container ns/p/b has no memory limit", Claims: []string{"claim-uid"}})
+	check("False NotApplied: not applied to container b: container ns/p/b has no memory limit @12:02:00")
+	s.unprepared([]types.UID{"claim-uid"})
+	if len(s.claims) != 0 {
+		t.Errorf("claims kept after unprepare: %v", s.claims)
+	}
+}
