@@ -40,7 +40,7 @@ func TestClaimUsage(t *testing.T) {
 	}
 	container("c1", "/kubepods/pod1/c1", "1000", claimA)
 	container("c2", "/kubepods/pod1/c2", "500", claimA, claimB) // counts for both
-	container("c3", "/kubepods/pod2/c3", "")                   // gone: no cgroup
+	container("c3", "/kubepods/pod2/c3", "")                    // gone: no cgroup
 	cp := checkpoint.New("boot")
 	cp.Claims[claimA] = checkpoint.ClaimInfo{Namespace: "ns", Name: "a"}
 	cp.Claims[claimB] = checkpoint.ClaimInfo{Namespace: "ns", Name: "b"}
