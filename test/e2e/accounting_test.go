@@ -5,11 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
@@ -160,8 +162,35 @@ func TestClaimSharedByPods(t *testing.T) {
 	if !strings.Contains(msgs, "grants its swap to pod "+string(first.UID)+" only") {
 		t.Errorf("the second pod's messages do not name the pod the claim is granted to:\n%s", msgs)
 	}
-	// The first pod keeps its swap.
+	// The first pod keeps its swap, and the claim's status says so (the
+	// second pod's refusal is not the claim's outcome).
 	if got := c.hostSwapLimit(t, first, "worker"); got != 64*mi {
 		t.Errorf("the first pod's swap limit became %d", got)
+	}
+	c.waitClaimCondition(t, ns, "shared", metav1.ConditionTrue, `to container worker (64Mi)`)
+}
+
+// waitClaimCondition waits until the claim's dra.swap device status has
+// the SwapApplied condition with status and a message containing text.
+func (c *env) waitClaimCondition(t *testing.T, ns, name string, status metav1.ConditionStatus, text string) {
+	t.Helper()
+	var last []resourceapi.AllocatedDeviceStatus
+	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, cluster.Scaled(30*time.Second), true, func(ctx context.Context) (bool, error) {
+		claim, err := c.client.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = claim.Status.Devices
+		for _, d := range claim.Status.Devices {
+			for _, cond := range d.Conditions {
+				if d.Driver == "dra.swap" && cond.Type == "SwapApplied" && cond.Status == status && strings.Contains(cond.Message, text) {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("claim %s/%s: no SwapApplied=%s condition saying %q in status.devices %+v", ns, name, status, text, last)
 	}
 }

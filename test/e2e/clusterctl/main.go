@@ -95,13 +95,13 @@ func run(ctx context.Context, cmd string, args []string) error {
 			if err != nil || node.Labels[labels.SwapBehavior] == "" {
 				return false, nil
 			}
-			list, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+			list, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, nil
 			}
 			for _, m := range list.Items {
 				for _, w := range m.Webhooks {
-					if w.Name == "binding.dra.swap" && len(w.ClientConfig.CABundle) > 0 {
+					if w.Name == "reservation.dra.swap" && len(w.ClientConfig.CABundle) > 0 {
 						return true, nil
 					}
 				}
