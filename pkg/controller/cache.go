@@ -39,8 +39,20 @@ func trimPod(obj any) (any, error) {
 		Status: corev1.PodStatus{
 			Phase:                 pod.Status.Phase,
 			ResourceClaimStatuses: pod.Status.ResourceClaimStatuses,
+			Conditions:            scheduledCondition(pod.Status.Conditions),
 		},
 	}, nil
+}
+
+// scheduledCondition keeps the PodScheduled condition of an unbound pod
+// (the pending explainer reads it).
+func scheduledCondition(conditions []corev1.PodCondition) []corev1.PodCondition {
+	for _, c := range conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return []corev1.PodCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason}}
+		}
+	}
+	return nil
 }
 
 func trimNode(obj any) (any, error) {

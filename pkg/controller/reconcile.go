@@ -236,6 +236,17 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("set up the pod label reconciler: %w", err)
 	}
 
+	err = ctrl.NewControllerManagedBy(mgr).Named("pending-swap").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			p := o.(*corev1.Pod)
+			return p.Spec.NodeName == "" && len(p.Spec.ResourceClaims) > 0
+		}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(&PendingExplainer{Client: c, Recorder: mgr.GetEventRecorder("dra-swap-controller")})
+	if err != nil {
+		return fmt.Errorf("set up the pending swap pod explainer: %w", err)
+	}
+
 	err = ctrl.NewControllerManagedBy(mgr).Named("node-labels").
 		For(&corev1.Node{}, builder.WithPredicates(nodeLabelsChanged)).
 		Watches(&resourceapi.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
