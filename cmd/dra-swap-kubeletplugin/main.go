@@ -38,6 +38,9 @@ type options struct {
 	defaultRequest string
 	qps            float32
 	burst          int
+	// swapFullPercent and swapFullClearPercent are the swap-full
+	// thresholds as percentages (what helm's --set passes as integers).
+	swapFullPercent, swapFullClearPercent float64
 }
 
 func run(args []string) error {
@@ -69,8 +72,8 @@ func run(args []string) error {
 	fs.Float64Var(&p.PressureSomeClear, "pressure-some-clear", p.PressureSomeClear, "Memory pressure taint: cleared when \"some\" avg10 stays below this (and \"full\" below --pressure-full-clear) for --pressure-clear-after.")
 	fs.Float64Var(&p.PressureFullThreshold, "pressure-full-threshold", p.PressureFullThreshold, "Memory pressure taint: set when PSI \"full\" avg10 (percent) stays at or above this for --pressure-set-after.")
 	fs.Float64Var(&p.PressureFullClear, "pressure-full-clear", p.PressureFullClear, "Memory pressure taint: the \"full\" avg10 below which it may clear.")
-	fs.Float64Var(&p.SwapFullThreshold, "swap-full-threshold", p.SwapFullThreshold, "Swap-full taint: set when the fraction of swap in use stays at or above this for --pressure-set-after.")
-	fs.Float64Var(&p.SwapFullClear, "swap-full-clear", p.SwapFullClear, "Swap-full taint: cleared when the fraction of swap in use stays below this for --pressure-clear-after.")
+	fs.Float64Var(&o.swapFullPercent, "swap-full-percent", p.SwapFullThreshold*100, "Swap-full taint: set when the percentage of the node's swap in use stays at or above this for --pressure-set-after.")
+	fs.Float64Var(&o.swapFullClearPercent, "swap-full-clear-percent", p.SwapFullClear*100, "Swap-full taint: cleared when the percentage of swap in use stays below this for --pressure-clear-after.")
 	fs.DurationVar(&p.SetAfter, "pressure-set-after", p.SetAfter, "How long a condition must hold before its taint is set.")
 	fs.DurationVar(&p.ClearAfter, "pressure-clear-after", p.ClearAfter, "How long a condition must be gone before its taint is cleared.")
 	fs.BoolVar(&o.cfg.ClaimUsageMetrics, "claim-usage-metrics", false, "Export dra_swap_claim_swap_used_bytes{namespace,claim}, the swap in use by each prepared claim's containers: one series per claim.")
@@ -96,6 +99,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	o.cfg.Pressure.SwapFullThreshold, o.cfg.Pressure.SwapFullClear = o.swapFullPercent/100, o.swapFullClearPercent/100
 	if o.qps <= 0 || o.burst <= 0 {
 		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d must be positive", o.qps, o.burst)
 	}

@@ -29,6 +29,10 @@ kubeletPlugin:
     socketPath: $NRI_SOCKET
   # The e2e suite adds and removes swap and waits for the new offer.
   rescanInterval: 2s
+  # Off: the suite's swapping must not taint the node for the next test;
+  # TestPressureTaints turns them on with short dwell times (driver.sh set).
+  pressure:
+    interval: 0s
   logVerbosity: 4
 controller:
   logVerbosity: 4
@@ -59,10 +63,19 @@ upgrade)
 	"$HELM" upgrade "$RELEASE" "$CHART" --namespace "$NAMESPACE" --reuse-values --set-string "image.tag=$2" \
 		--wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
 	;;
+set)
+	require_root
+	[ -n "${2:-}" ] || die "usage: driver.sh set KEY=VALUE..."
+	shift
+	sets=()
+	for kv in "$@"; do sets+=(--set "$kv"); done
+	"$HELM" upgrade "$RELEASE" "$CHART" --namespace "$NAMESPACE" --reuse-values "${sets[@]}" \
+		--wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
+	;;
 uninstall | stop)
 	require_root
 	"$HELM" uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --timeout "$((3 * ${TIMEOUT_SCALE:-1}))m"
 	;;
 values) values ;;
-*) die "usage: driver.sh install|upgrade TAG|uninstall|values" ;;
+*) die "usage: driver.sh install|upgrade TAG|set KEY=VALUE...|uninstall|values" ;;
 esac

@@ -110,7 +110,7 @@ func (c *env) waitPluginReady(t *testing.T, cond func(*corev1.Pod) bool) *corev1
 func (c *env) driverScript(t *testing.T, args ...string) string {
 	t.Helper()
 	out := c.script(t, "driver.sh", args...)
-	if len(args) > 0 && (args[0] == "install" || args[0] == "upgrade") {
+	if len(args) > 0 && (args[0] == "install" || args[0] == "upgrade" || args[0] == "set") {
 		c.waitWebhookServing(t)
 	}
 	return out

@@ -127,6 +127,7 @@ type Container struct {
 	MemLimit string // "" for none
 	CPU      string // requests = limits when set (Guaranteed with MemLimit)
 	Hold     int    // seconds to stay alive after the allocation
+	Thrash   int    // seconds to touch the allocation again and again first
 }
 
 // WorkloadPod builds a hostNetwork pod of workload containers; templates
@@ -151,6 +152,7 @@ func (c *Cluster) WorkloadPod(ns, name string, templates map[string]string, cont
 			Env: []corev1.EnvVar{
 				{Name: "ALLOC_MIB", Value: strconv.Itoa(ctr.AllocMiB)},
 				{Name: "HOLD_SECONDS", Value: strconv.Itoa(ctr.Hold)},
+				{Name: "THRASH_SECONDS", Value: strconv.Itoa(ctr.Thrash)},
 			},
 		}
 		if ctr.MemLimit != "" {

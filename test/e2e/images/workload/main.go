@@ -1,6 +1,8 @@
 // Command workload is the e2e test image: it reports its cgroup's memory and
 // swap limits, allocates and touches ALLOC_MIB MiB, reports the swap it used,
-// holds for HOLD_SECONDS and exits 0. An OOM kill shows as exit 137.
+// touches every page again and again for THRASH_SECONDS (which, beyond its
+// memory limit, keeps it swapping: memory pressure), holds for HOLD_SECONDS
+// and exits 0. An OOM kill shows as exit 137.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 func main() {
 	alloc := envInt("ALLOC_MIB", 200)
 	hold := envInt("HOLD_SECONDS", 0)
+	thrash := envInt("THRASH_SECONDS", 0)
 	r := read()
 	emit("START", r)
 
@@ -31,6 +34,13 @@ func main() {
 	end := read()
 	end.AllocatedMiB = len(chunks)
 	emit("RESULT", end)
+	for deadline := time.Now().Add(time.Duration(thrash) * time.Second); time.Now().Before(deadline); {
+		for i := range chunks {
+			for j := 0; j < len(chunks[i]); j += 4096 {
+				chunks[i][j]++
+			}
+		}
+	}
 	time.Sleep(time.Duration(hold) * time.Second)
 	// Keep the allocation alive until the end.
 	if len(chunks) > 0 && chunks[0][0] == 0 {
