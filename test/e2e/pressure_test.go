@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
@@ -23,8 +24,8 @@ var pressureValues = []string{
 	"kubeletPlugin.pressure.clearAfter=2s",
 	"kubeletPlugin.pressure.swapFullPercent=50",
 	"kubeletPlugin.pressure.swapFullClearPercent=30",
-	"kubeletPlugin.pressure.someThreshold=40",
-	"kubeletPlugin.pressure.someClear=10",
+	"kubeletPlugin.pressure.someThreshold=10",
+	"kubeletPlugin.pressure.someClear=3",
 	"kubeletPlugin.pressure.fullThreshold=30",
 	"kubeletPlugin.pressure.fullClear=5",
 }
@@ -120,10 +121,19 @@ func TestPressureTaints(t *testing.T) {
 		if c.cgroupVersion(t) != 2 {
 			t.Skip("memory pressure is tested on the cgroup v2 leg (the kubepods cgroup's PSI)")
 		}
-		// Three times its memory limit, touched again and again: it
-		// swaps all the time.
-		thrash := c.createPod(t, c.WorkloadPod(ns, "thrash", map[string]string{"swap": "swap-700"},
-			ctr{Name: "thrash", Claims: []string{"swap"}, AllocMiB: 96, MemLimit: "32Mi", Thrash: 1800}))
+		// Sixteen times its memory limit, touched again and again, with
+		// memory.swap.high at a tenth of its claim: the kernel throttles
+		// it whenever it swaps out beyond that, and it swaps all the time.
+		throttled := cluster.SwapTemplate(ns, "swap-700-high", "", 700*mi)
+		throttled.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{
+				Raw: []byte(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":10}`)}},
+		}}}
+		if _, err := c.client.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), throttled, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		thrash := c.createPod(t, c.WorkloadPod(ns, "thrash", map[string]string{"swap": "swap-700-high"},
+			ctr{Name: "thrash", Claims: []string{"swap"}, AllocMiB: 256, MemLimit: "16Mi", Thrash: 1800}))
 		c.waitPod(t, ns, thrash.Name, "running", podTimeout, running)
 		took := c.waitTaint(t, "dra.swap/memory-pressure", true, 2*time.Minute)
 		value, _ := c.deviceTaint(t, "dra.swap/memory-pressure")
