@@ -16,7 +16,7 @@ IMAGES_DIR ?= $(CURDIR)/_output/images
 GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./test/monitoring/...
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench k8s-binaries helm manifests deps clean
+.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean
 
 all: build
 
@@ -106,11 +106,23 @@ fuzz:
 		done; \
 	done
 
-## bench: prepare latency (1 and 110 claims), the hook's run time, and the
-## controller labeling 5000 pods on 100 nodes against a real kube-apiserver.
+## bench: the prepare path and the hook in process, prepare over the
+## plugin's gRPC socket against a real kube-apiserver (1 claim, 12 pods at
+## once, 110 claims in one call; each prints its target), and the
+## controller labeling 5000 pods on 100 nodes; then, as root, bench-e2e.
 bench: deps k8s-binaries
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./pkg/prepare/ ./pkg/hook/
+	set -o pipefail; KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -run='^$$' -bench=BenchmarkPrepareAPIServer -benchtime=200x -timeout 20m ./test/integration/ | grep -E '^(Benchmark|ok|FAIL|PASS)|target:'
 	set -o pipefail; KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -run='^$$' -bench=BenchmarkReconcileLabels -benchtime=1x -timeout 20m ./test/integration/ | grep -E '^(Benchmark|ok|FAIL|PASS)'
+	@if [ "$$(id -u)" = 0 ] && [ "$${E2E:-}" != skip ]; then $(MAKE) bench-e2e; else echo "bench: bench-e2e skipped (needs root; E2E=skip)"; fi
+
+## bench-e2e: pod create->Ready without a claim, with a no-op DRA driver's
+## claim and with a swap claim, in rotating order, on a fresh local
+## cluster, with the kubelet's NodePrepareResources time per driver.
+bench-e2e:
+	hack/cluster/build.sh
+	hack/cluster/up.sh
+	set -o pipefail; trap 'hack/cluster/down.sh' EXIT; BENCH_REPORT=$(CURDIR)/_output/bench-e2e.txt $(GO) test -run='^$$' -bench=BenchmarkPodStartup -benchtime=1x -timeout 30m ./test/e2e/ | grep -vE '^\s*$$'; cat $(CURDIR)/_output/bench-e2e.txt
 
 clean:
 	rm -rf _output

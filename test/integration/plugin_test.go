@@ -42,7 +42,7 @@ const (
 
 // hostTree is a fake host root that the plugin's discovery reads.
 type hostTree struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 }
 
@@ -67,7 +67,7 @@ func swaps(entries ...string) string {
 }
 
 // newHost builds a cgroup v1 node with one 2Gi swap partition on an SSD.
-func newHost(t *testing.T) hostTree {
+func newHost(t testing.TB) hostTree {
 	h := hostTree{t: t, root: t.TempDir()}
 	h.write("proc/swaps", swaps("/dev/vdb                                partition\t2097152\t\t0\t\t-2\n"))
 	h.write("sys/class/block/vdb/queue/rotational", "0\n")
@@ -82,7 +82,7 @@ func newHost(t *testing.T) hostTree {
 // runPlugin starts an API server with the node object, a fake host tree
 // and the kubelet plugin; the plugin stops, and must exit cleanly, when the
 // test ends.
-func runPlugin(t *testing.T, configure ...func(*plugin.Config)) (context.Context, kubernetes.Interface, hostTree, plugin.Config) {
+func runPlugin(t testing.TB, configure ...func(*plugin.Config)) (context.Context, kubernetes.Interface, hostTree, plugin.Config) {
 	api := framework.StartAPIServer(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -98,7 +98,7 @@ func runPlugin(t *testing.T, configure ...func(*plugin.Config)) (context.Context
 	return ctx, api.Client, h, cfg
 }
 
-func startPlugin(t *testing.T, ctx context.Context, client kubernetes.Interface, h hostTree, configure ...func(*plugin.Config)) (plugin.Config, <-chan error) {
+func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface, h hostTree, configure ...func(*plugin.Config)) (plugin.Config, <-chan error) {
 	dir := t.TempDir()
 	cfg := plugin.Config{
 		DriverName:     "dra.swap",
@@ -125,7 +125,7 @@ func startPlugin(t *testing.T, ctx context.Context, client kubernetes.Interface,
 	return cfg, done
 }
 
-func createNode(t *testing.T, ctx context.Context, client kubernetes.Interface) {
+func createNode(t testing.TB, ctx context.Context, client kubernetes.Interface) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{
 		"kubernetes.io/hostname":        nodeName,
 		"topology.kubernetes.io/zone":   "zone-a",
@@ -138,7 +138,7 @@ func createNode(t *testing.T, ctx context.Context, client kubernetes.Interface) 
 
 // waitForSlice waits until the node's dra.swap slice satisfies check and
 // returns its device (nil for an empty pool).
-func waitForSlice(t *testing.T, ctx context.Context, client kubernetes.Interface, what string, check func(*resourceapi.Device) bool) *resourceapi.Device {
+func waitForSlice(t testing.TB, ctx context.Context, client kubernetes.Interface, what string, check func(*resourceapi.Device) bool) *resourceapi.Device {
 	t.Helper()
 	var last []resourceapi.ResourceSlice
 	var found *resourceapi.Device
