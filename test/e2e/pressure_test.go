@@ -82,8 +82,11 @@ func TestPressureTaints(t *testing.T) {
 	c.swapTemplate(t, ns, "swap-700", "", 700*mi)
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
 	tolerating := cluster.SwapTemplate(ns, "swap-64-tolerating", "", 64*mi)
+	// Filling swap is itself memory pressure: the claim that accepts a
+	// pressured node tolerates both taints.
 	tolerating.Spec.Spec.Devices.Requests[0].Exactly.Tolerations = []resourceapi.DeviceToleration{
 		{Key: "dra.swap/swap-full", Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule},
+		{Key: "dra.swap/memory-pressure", Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule},
 	}
 	if _, err := c.client.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), tolerating, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -102,7 +105,7 @@ func TestPressureTaints(t *testing.T) {
 
 		waits := c.createPod(t, c.WorkloadPod(ns, "waits", map[string]string{"swap": "swap-64"},
 			ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 1800}))
-		c.waitEvent(t, waits, corev1.EventTypeWarning, "SwapUnavailable", "swap device tainted dra.swap/swap-full="+value+":NoSchedule")
+		c.waitEvent(t, waits, corev1.EventTypeWarning, "SwapUnavailable", "dra.swap/swap-full="+value+":NoSchedule")
 		if p, err := c.client.CoreV1().Pods(ns).Get(context.Background(), waits.Name, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
 			t.Fatalf("the pod without a toleration was placed on the tainted node: %v, %v", p.Spec.NodeName, err)
 		}
@@ -114,7 +117,10 @@ func TestPressureTaints(t *testing.T) {
 		took = c.waitTaint(t, "dra.swap/swap-full", false, time.Minute)
 		t.Logf("swap-full taint cleared %v after the hog was deleted", took.Round(100*time.Millisecond))
 		c.waitNodeEvent(t, "SwapPressureCleared", "dra.swap/swap-full removed")
-		c.waitPod(t, ns, waits.Name, "running once the taint cleared", podTimeout, running)
+		// The hog's swapping may have set the memory-pressure taint too;
+		// it clears as the pressure's 10 s average decays.
+		c.waitTaint(t, "dra.swap/memory-pressure", false, 2*time.Minute)
+		c.waitPod(t, ns, waits.Name, "running once the taints cleared", podTimeout, running)
 	})
 
 	t.Run("memory-pressure", func(t *testing.T) {
