@@ -113,6 +113,7 @@ fuzz:
 bench: deps k8s-binaries
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./pkg/prepare/ ./pkg/hook/
 	set -o pipefail; KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -run='^$$' -bench=BenchmarkPrepareAPIServer -benchtime=200x -timeout 20m ./test/integration/ | grep -E '^(Benchmark|ok|FAIL|PASS)|target:'
+	set -o pipefail; KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -run='^$$' -bench=BenchmarkPrepare110Claims -benchtime=20x -timeout 20m ./test/integration/ | grep -E '^(Benchmark|ok|FAIL|PASS)|target:'
 	set -o pipefail; KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -run='^$$' -bench=BenchmarkReconcileLabels -benchtime=1x -timeout 20m ./test/integration/ | grep -E '^(Benchmark|ok|FAIL|PASS)'
 	@if [ "$$(id -u)" = 0 ] && [ "$${E2E:-}" != skip ]; then $(MAKE) bench-e2e; else echo "bench: bench-e2e skipped (needs root; E2E=skip)"; fi
 

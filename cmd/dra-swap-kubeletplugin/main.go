@@ -77,8 +77,8 @@ func run(args []string) error {
 	fs.DurationVar(&p.SetAfter, "pressure-set-after", p.SetAfter, "How long a condition must hold before its taint is set.")
 	fs.DurationVar(&p.ClearAfter, "pressure-clear-after", p.ClearAfter, "How long a condition must be gone before its taint is cleared.")
 	fs.BoolVar(&o.cfg.ClaimUsageMetrics, "claim-usage-metrics", false, "Export dra_swap_claim_swap_used_bytes{namespace,claim}, the swap in use by each prepared claim's containers: one series per claim.")
-	fs.Float32Var(&o.qps, "kube-api-qps", 50, "Queries per second to the API server.")
-	fs.IntVar(&o.burst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	fs.Float32Var(&o.qps, "kube-api-qps", 50, "Queries per second to the API server, for the claim reads of the kubelet's calls and, with a rate limiter of their own, for events and claim status writes.")
+	fs.IntVar(&o.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics, readiness (registered with the kubelet) at /readyz and liveness (the plugin runs) at /healthz; disabled when empty.")
 
 	if err := commandline.Parse(fs, args); err != nil {
@@ -106,6 +106,10 @@ func run(args []string) error {
 	restConfig.QPS, restConfig.Burst = o.qps, o.burst
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	// Each clientset built from a config gets a rate limiter of its own.
+	if o.cfg.BackgroundClient, err = kubernetes.NewForConfig(restConfig); err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -1,8 +1,10 @@
 // Package atomicfile replaces files so that a reader sees the old content
-// or the new one, never a mix, also across a crash or power loss: the new
-// content goes to a temporary file in the target's directory, which is
-// given its mode, synced and renamed over the target, and then the
-// directory is synced so that the rename itself is durable.
+// or the new one, never a mix: the new content goes to a temporary file in
+// the target's directory, which is given its mode and renamed over the
+// target. Write also syncs the file and the directory, so that this holds
+// across a power loss too; Replace does not, for files that need only
+// outlive the process that writes them (a crashed process leaves the page
+// cache, and so the renamed file, intact).
 package atomicfile
 
 import (
@@ -13,10 +15,20 @@ import (
 	"path/filepath"
 )
 
-// Write replaces path with the content r yields, with mode perm. what
-// names the file in errors ("checkpoint", "hook"). The directory must
+// Write replaces path with the content r yields, with mode perm, durably.
+// what names the file in errors ("checkpoint", "hook"). The directory must
 // exist. On failure path is unchanged and no temporary file is left.
 func Write(path string, r io.Reader, perm fs.FileMode, what string) error {
+	return write(path, r, perm, what, true)
+}
+
+// Replace is Write without the syncs: atomic for readers and across a
+// crash of the writing process, not across a power loss.
+func Replace(path string, r io.Reader, perm fs.FileMode, what string) error {
+	return write(path, r, perm, what, false)
+}
+
+func write(path string, r io.Reader, perm fs.FileMode, what string, durable bool) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -31,15 +43,20 @@ func Write(path string, r io.Reader, perm fs.FileMode, what string) error {
 		tmp.Close()
 		return fmt.Errorf("set mode %v on %s: %w", perm, tmp.Name(), err)
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			tmp.Close()
+			return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("replace %s %s: %w", what, path, err)
+	}
+	if !durable {
+		return nil
 	}
 	return SyncDir(dir)
 }

@@ -1,9 +1,10 @@
 // Package checkpoint records which claims the kubelet plugin has prepared,
 // so that a restarted plugin answers repeated prepare calls identically and
-// knows the swap granted to the claims on its node. The file is written
-// atomically (temporary file, fsync, rename, fsync of the directory),
-// carries a format version and the boot ID, and is ignored after a reboot:
-// transient CDI specs and hook state live on tmpfs and are gone then too.
+// knows the swap granted to the claims on its node. The file is replaced
+// atomically (temporary file, rename), carries a format version and the
+// boot ID, and is ignored after a reboot: transient CDI specs and hook
+// state live on tmpfs and are gone then too. So it needs to outlive the
+// plugin's process, not the machine, and is not fsynced.
 //
 // Several plugin instances may share the file: during a rolling update of
 // the DaemonSet the old and the new pod run side by side and the kubelet
@@ -253,7 +254,12 @@ func (s *Store) save(cp *Checkpoint) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create checkpoint directory %s: %w", dir, err)
 	}
-	return atomicfile.Write(s.path, bytes.NewReader(data), 0o600, "checkpoint")
+	// Atomic, not synced: the checkpoint has to outlive the plugin's
+	// process (and the kubelet's), not the machine. After a reboot it is
+	// stale by design (its boot ID), like the transient CDI specs and hook
+	// records on tmpfs; a crashed process leaves the page cache intact.
+	// Not syncing keeps fsync off every prepare and unprepare.
+	return atomicfile.Replace(s.path, bytes.NewReader(data), 0o600, "checkpoint")
 }
 
 // setAside renames an unusable checkpoint file out of the way (keeping it

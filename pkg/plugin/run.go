@@ -79,6 +79,10 @@ type Config struct {
 	// ClaimUsageMetrics exports the swap in use per prepared claim, one
 	// series per claim (refreshed every VerifyInterval).
 	ClaimUsageMetrics bool
+	// BackgroundClient, if set, writes events and claim status: with a
+	// rate limiter of its own, those writes never delay the claim reads
+	// of the kubelet's calls.
+	BackgroundClient kubernetes.Interface
 }
 
 // Validate checks the configuration.
@@ -186,7 +190,11 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		}
 		return f, err
 	}
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	background := cfg.BackgroundClient
+	if background == nil {
+		background = client
+	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: background.EventsV1()})
 	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
 		return fmt.Errorf("start event recording: %w", err)
 	}
@@ -216,7 +224,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err != nil {
 		return err
 	}
-	statuses := newClaimStatuses(client, cfg.DriverName, cfg.NodeName, metrics)
+	statuses := newClaimStatuses(background, cfg.DriverName, cfg.NodeName, metrics)
 	manager := prepare.NewManager(prepare.Options{
 		DriverName: cfg.DriverName,
 		PoolName:   cfg.NodeName,

@@ -58,7 +58,7 @@ type controllerEnv struct {
 	webhook string // https://localhost:PORT
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

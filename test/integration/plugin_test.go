@@ -472,7 +472,7 @@ func waitForNodeEvent(t *testing.T, ctx context.Context, client kubernetes.Inter
 }
 
 // scrape returns a metrics page.
-func scrape(t *testing.T, url string) string {
+func scrape(t testing.TB, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {

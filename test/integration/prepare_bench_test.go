@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,24 +32,30 @@ import (
 // on its node that each use one allocated swap claim, and a gRPC client
 // that calls it the way the kubelet does.
 type benchPlugin struct {
-	ctx    context.Context
-	dra    drapb.DRAPluginClient
-	claims []*drapb.Claim // one per pod
+	ctx     context.Context
+	dra     drapb.DRAPluginClient
+	claims  []*drapb.Claim // one per pod
+	metrics string         // the plugin's /metrics URL
 }
 
 func newBenchPlugin(b *testing.B, pods int) *benchPlugin {
 	b.Helper()
 	api := framework.StartAPIServer(b)
-	// The plugin's client as the DaemonSet runs it (--kube-api-qps 50,
-	// --kube-api-burst 100).
+	// The plugin's clients as the DaemonSet runs them (--kube-api-qps 50,
+	// --kube-api-burst 200; events and status writes with a rate limiter
+	// of their own).
 	cfg := rest.CopyConfig(api.Config)
-	cfg.QPS, cfg.Burst = 50, 100
+	cfg.QPS, cfg.Burst = 50, 200
 	pluginClient := kubernetes.NewForConfigOrDie(cfg)
+	background := kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	createNode(b, ctx, api.Client)
 	h := newHost(b)
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
 	pcfg, done := startPlugin(b, ctx, pluginClient, h, func(c *plugin.Config) {
 		c.RescanInterval, c.VerifyInterval, c.PressureInterval = 10*time.Second, time.Minute, 0
+		c.BackgroundClient = background
+		c.MetricsAddress = metricsAddr
 	})
 	b.Cleanup(func() {
 		cancel()
@@ -65,7 +73,7 @@ func newBenchPlugin(b *testing.B, pods int) *benchPlugin {
 	if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	bp := &benchPlugin{ctx: ctx}
+	bp := &benchPlugin{ctx: ctx, metrics: "http://" + metricsAddr + "/metrics"}
 	for i := range pods {
 		name := fmt.Sprintf("pod-%03d", i)
 		claim, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
@@ -142,6 +150,36 @@ func (bp *benchPlugin) unprepare(claims ...*drapb.Claim) error {
 	return nil
 }
 
+// driverTime is the mean time the plugin itself spent per prepare call
+// (its dra_swap_claim_operation_duration_seconds: the kubeletplugin
+// helper's claim reads from the API server and gRPC are not in it), in
+// milliseconds, and the calls counted.
+func (bp *benchPlugin) driverTime(b *testing.B) (float64, float64) {
+	b.Helper()
+	page := scrape(b, bp.metrics)
+	var sum, count float64
+	for _, line := range strings.Split(page, "\n") {
+		if !strings.Contains(line, `operation="prepare"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "dra_swap_claim_operation_duration_seconds_sum"):
+			sum = v
+		case strings.HasPrefix(line, "dra_swap_claim_operation_duration_seconds_count"):
+			count = v
+		}
+	}
+	if count == 0 {
+		return 0, 0
+	}
+	return sum / count * 1000, count
+}
+
 // quantile of durations in milliseconds.
 func quantileMs(ds []time.Duration, q float64) float64 {
 	if len(ds) == 0 {
@@ -153,6 +191,16 @@ func quantileMs(ds []time.Duration, q float64) float64 {
 	i = min(max(i, 0), len(s)-1)
 	return float64(s[i].Microseconds()) / 1000
 }
+
+// Calls are paced so that the claim reads stay within the plugin's API
+// client rate limit (50 per second, bursts of 200): a node does not prepare
+// more claims than that per second, and a benchmark that did would measure
+// the token bucket, not the driver.
+const (
+	paceOne   = 20 * time.Millisecond  // one claim per call: 50 per second
+	paceBurst = 250 * time.Millisecond // 12 claims per burst: 48 per second
+	pace110   = 2200 * time.Millisecond
+)
 
 // BenchmarkPrepareAPIServer measures NodePrepareResources over the
 // plugin's gRPC socket, the way the kubelet calls it, against a real
@@ -176,11 +224,15 @@ func BenchmarkPrepareAPIServer(b *testing.B) {
 			if err := bp.unprepare(c); err != nil {
 				b.Fatal(err)
 			}
+			time.Sleep(paceOne)
 			b.StartTimer()
 		}
 		b.ReportMetric(quantileMs(ds, 0.5), "p50-ms")
 		b.ReportMetric(quantileMs(ds, 0.99), "p99-ms")
-		b.Logf("prepare of 1 claim: p50 %.2f ms, p99 %.2f ms over %d calls (target: p99 <= 5 ms)", quantileMs(ds, 0.5), quantileMs(ds, 0.99), len(ds))
+		own, _ := bp.driverTime(b)
+		b.ReportMetric(own, "driver-mean-ms")
+		b.Logf("prepare of 1 claim: p50 %.2f ms, p99 %.2f ms over %d calls, of which the driver's own work %.2f ms mean (target: p99 <= 5 ms)",
+			quantileMs(ds, 0.5), quantileMs(ds, 0.99), len(ds), own)
 	})
 	b.Run("12-pods-at-once", func(b *testing.B) {
 		const pods = 12
@@ -204,13 +256,20 @@ func BenchmarkPrepareAPIServer(b *testing.B) {
 			if err := bp.unprepare(bp.claims...); err != nil {
 				b.Fatal(err)
 			}
+			time.Sleep(paceBurst)
 			b.StartTimer()
 		}
 		b.ReportMetric(quantileMs(walls, 0.5), "p50-all-ms")
 		b.ReportMetric(quantileMs(walls, 1), "max-all-ms")
-		b.Logf("12 pods' claims prepared concurrently, all done after: p50 %.2f ms, max %.2f ms over %d bursts (target: <= 50 ms)",
-			quantileMs(walls, 0.5), quantileMs(walls, 1), len(walls))
+		own, _ := bp.driverTime(b)
+		b.Logf("12 pods' claims prepared concurrently, all done after: p50 %.2f ms, max %.2f ms over %d bursts; the driver's own work per call %.2f ms mean (target: <= 50 ms)",
+			quantileMs(walls, 0.5), quantileMs(walls, 1), len(walls), own)
 	})
+}
+
+// BenchmarkPrepare110Claims prepares 110 claims (the kubelet's default
+// maximum of pods) in one call.
+func BenchmarkPrepare110Claims(b *testing.B) {
 	b.Run("110-claims-one-call", func(b *testing.B) {
 		bp := newBenchPlugin(b, 110)
 		var ds []time.Duration
@@ -224,10 +283,13 @@ func BenchmarkPrepareAPIServer(b *testing.B) {
 			if err := bp.unprepare(bp.claims...); err != nil {
 				b.Fatal(err)
 			}
+			time.Sleep(pace110)
 			b.StartTimer()
 		}
 		b.ReportMetric(quantileMs(ds, 0.5), "p50-ms")
 		b.ReportMetric(quantileMs(ds, 1), "max-ms")
-		b.Logf("110 claims in one call: p50 %.2f ms, max %.2f ms over %d calls (target: <= 100 ms)", quantileMs(ds, 0.5), quantileMs(ds, 1), len(ds))
+		own, _ := bp.driverTime(b)
+		b.Logf("110 claims in one call: p50 %.2f ms, max %.2f ms over %d calls, of which the driver's own work %.2f ms mean (target: <= 100 ms)",
+			quantileMs(ds, 0.5), quantileMs(ds, 1), len(ds), own)
 	})
 }
