@@ -3,6 +3,8 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +32,11 @@ type podSource struct {
 	synced cache.InformerSynced
 	// wait bounds the wait for a pod not in the cache yet (podCacheWait).
 	wait time.Duration
+
+	mu sync.Mutex
+	// waiters are woken when the informer adds or updates the pod
+	// (namespace/name) they wait for.
+	waiters map[string][]chan struct{}
 }
 
 // watchPods starts the node's pod informer and waits for its first list.
@@ -44,6 +51,12 @@ func watchPods(ctx context.Context, client kubernetes.Interface, nodeName string
 		return nil, fmt.Errorf("watch pods of node %s: %w", nodeName, err)
 	}
 	src := &podSource{lister: informer.Lister(), synced: informer.Informer().HasSynced, wait: podCacheWait}
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    src.arrived,
+		UpdateFunc: func(_, obj any) { src.arrived(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("watch pods of node %s: %w", nodeName, err)
+	}
 	factory.Start(ctx.Done())
 	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -54,20 +67,64 @@ func watchPods(ctx context.Context, client kubernetes.Interface, nodeName string
 }
 
 // GetPod implements prepare.PodGetter from the cache. A pod the cache has
-// not seen yet is waited for briefly; one that does not appear is
-// reported as not found (deleted, or not on this node).
+// not seen yet (the kubelet and the plugin learn of a binding at about the
+// same time) is waited for, up to podCacheWait, woken by the informer as
+// soon as it arrives; one that does not appear is reported as not found
+// (deleted, or not on this node).
 func (s *podSource) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	deadline := time.Now().Add(s.wait)
+	pod, err := s.lister.Pods(namespace).Get(name)
+	if err == nil || !apierrors.IsNotFound(err) {
+		return pod, err
+	}
+	key := namespace + "/" + name
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.waiters == nil {
+		s.waiters = map[string][]chan struct{}{}
+	}
+	s.waiters[key] = append(s.waiters[key], ch)
+	s.mu.Unlock()
+	defer s.forget(key, ch)
+	timeout := time.NewTimer(s.wait)
+	defer timeout.Stop()
 	for {
-		pod, err := s.lister.Pods(namespace).Get(name)
-		if err == nil || !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+		// Again, now that a waiter is registered: the pod may have
+		// arrived in between.
+		if pod, err := s.lister.Pods(namespace).Get(name); err == nil || !apierrors.IsNotFound(err) {
 			return pod, err
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-timeout.C:
+			return s.lister.Pods(namespace).Get(name)
+		case <-ch:
 		}
+	}
+}
+
+// arrived wakes those who wait for the pod.
+func (s *podSource) arrived(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.waiters[pod.Namespace+"/"+pod.Name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *podSource) forget(key string, ch chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiters[key] = slices.DeleteFunc(s.waiters[key], func(c chan struct{}) bool { return c == ch })
+	if len(s.waiters[key]) == 0 {
+		delete(s.waiters, key)
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
@@ -52,7 +51,8 @@ func kubeletPrepareStats(ctx context.Context, c *cluster.Cluster) (map[string]ku
 		default:
 			continue
 		}
-		if !strings.Contains(line, `method_name="/v1.DRAPlugin/NodePrepareResources"`) && !strings.Contains(line, `method_name="NodePrepareResources"`) {
+		// method_name is the gRPC method: "/<package>.DRAPlugin/NodePrepareResources".
+		if !strings.Contains(labelValue(line, "method_name"), "/NodePrepareResources") {
 			continue
 		}
 		driver := labelValue(line, "driver_name")
@@ -94,8 +94,12 @@ func BenchmarkPodStartup(b *testing.B) {
 	}
 	ctx := context.Background()
 	kubeletDir := filepath.Join(c.Dir, "kubelet")
+	dataDir := filepath.Join(kubeletDir, "plugins", noopdriver.DriverName)
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		b.Fatal(err)
+	}
 	helper, err := noopdriver.Start(ctx, c.Client, noopdriver.Config{NodeName: c.Node,
-		RegistrarDir: filepath.Join(kubeletDir, "plugins_registry"), PluginDataDir: filepath.Join(kubeletDir, "plugins", noopdriver.DriverName)})
+		RegistrarDir: filepath.Join(kubeletDir, "plugins_registry"), PluginDataDir: dataDir})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,7 +116,9 @@ func BenchmarkPodStartup(b *testing.B) {
 	}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = c.Client.ResourceV1().DeviceClasses().Delete(ctx, noopdriver.DriverName, metav1.DeleteOptions{}) }()
+	defer func() {
+		_ = c.Client.ResourceV1().DeviceClasses().Delete(ctx, noopdriver.DriverName, metav1.DeleteOptions{})
+	}()
 	template := func(name, class string, capacity resourceapi.QualifiedName) {
 		t := cluster.SwapTemplate(ns, name, class, 64*mi)
 		t.Spec.Spec.Devices.Requests[0].Exactly.Capacity.Requests = map[resourceapi.QualifiedName]resource.Quantity{capacity: *resource.NewQuantity(64*mi, resource.BinarySI)}
@@ -196,35 +202,29 @@ func BenchmarkPodStartup(b *testing.B) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// createUntilReady creates the pod, waits until it is Ready, returns how
-// long that took, and deletes it.
+// createUntilReady creates the pod, waits until it is Ready (polling every
+// 25 ms), returns how long that took, and deletes it.
 func createUntilReady(ctx context.Context, c *cluster.Cluster, p *corev1.Pod) (time.Duration, error) {
 	pods := c.Client.CoreV1().Pods(p.Namespace)
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + p.Name})
-	if err != nil {
-		return 0, err
-	}
-	defer w.Stop()
 	start := time.Now()
 	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return 0, err
 	}
 	defer func() { _ = pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}) }()
-	timeout := time.After(cluster.Scaled(2 * time.Minute))
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return 0, fmt.Errorf("watch of pod %s ended", p.Name)
-			}
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
-				continue
-			}
-			if podReady(ev.Object.(*corev1.Pod)) {
-				return time.Since(start), nil
-			}
-		case <-timeout:
-			return 0, fmt.Errorf("pod %s not Ready", p.Name)
+	var took time.Duration
+	err := wait.PollUntilContextTimeout(ctx, 25*time.Millisecond, cluster.Scaled(2*time.Minute), true, func(ctx context.Context) (bool, error) {
+		got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
 		}
+		if podReady(got) {
+			took = time.Since(start)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pod %s not Ready: %w", p.Name, err)
 	}
+	return took, nil
 }

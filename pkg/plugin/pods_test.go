@@ -1,0 +1,55 @@
+package plugin
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// A prepare that asks for a pod the cache has not seen yet is woken when
+// the informer delivers it; one that never comes is not found.
+func TestPodSourceWaitsForThePod(t *testing.T) {
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	// Without the wake-up, the lookup would wait the whole hour.
+	s := &podSource{lister: listersv1.NewPodLister(indexer), wait: time.Hour}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got := make(chan *corev1.Pod, 1)
+	errs := make(chan error, 1)
+	go func() {
+		pod, err := s.GetPod(ctx, "ns", "late")
+		got <- pod
+		errs <- err
+	}()
+	// The informer delivers the pod once the lookup waits.
+	for {
+		s.mu.Lock()
+		waiting := len(s.waiters["ns/late"])
+		s.mu.Unlock()
+		if waiting > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late", UID: "u"}}
+	if err := indexer.Add(pod); err != nil {
+		t.Fatal(err)
+	}
+	s.arrived(pod)
+	if p, err := <-got, <-errs; err != nil || p == nil || p.UID != "u" {
+		t.Fatalf("GetPod = %v, %v", p, err)
+	}
+	if len(s.waiters) != 0 {
+		t.Errorf("waiters left: %v", s.waiters)
+	}
+	s.wait = 10 * time.Millisecond
+	if _, err := s.GetPod(ctx, "ns", "never"); !apierrors.IsNotFound(err) {
+		t.Errorf("a pod that never comes: %v, want not found", err)
+	}
+}
