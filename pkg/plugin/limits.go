@@ -6,12 +6,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/verify"
 )
 
@@ -28,13 +27,16 @@ type limitReporter struct {
 	node     string
 	metrics  *Metrics
 	recorder events.EventRecorder
+	// initContainer says whether a pod's container is an init container
+	// (for the event's field path); nil takes every one for a container.
+	initContainer func(namespace, pod, container string) bool
 }
 
 var _ verify.Reporter = (*limitReporter)(nil)
 
 func (r *limitReporter) Restored(ctx context.Context, d verify.Drift) {
 	r.metrics.restored.WithLabelValues(d.Trigger).Inc()
-	if pod := podRef(d.Container); pod != nil {
+	if pod := r.regarding(d); pod != nil {
 		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonLimitRestored, "RestoreSwapLimit",
 			"%s on node %q was %s instead of %s (found at %s); wrote %s back",
 			subject(d), r.node, describe(d.Found), describe(d.Want), d.Trigger, describe(d.Want))
@@ -45,7 +47,7 @@ func (r *limitReporter) NotRestored(ctx context.Context, d verify.Drift, err err
 	r.metrics.failed.WithLabelValues(d.Trigger).Inc()
 	klog.FromContext(ctx).Error(err, "Swap limit not restored", "container", d.Container.String(), "podBudget", d.Pod,
 		"found", d.Found, "want", d.Want, "trigger", d.Trigger)
-	if pod := podRef(d.Container); pod != nil {
+	if pod := r.regarding(d); pod != nil {
 		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonLimitNotRestored, "RestoreSwapLimit",
 			"%s on node %q is %s, not %s as its claims say, and could not be restored: %v",
 			subject(d), r.node, describe(d.Found), describe(d.Want), err)
@@ -60,14 +62,20 @@ func subject(d verify.Drift) string {
 	return fmt.Sprintf("Swap limit of container %q", d.Container.Name)
 }
 
-func podRef(c hookstate.Container) *corev1.Pod {
+// regarding is what an event about the drift regards: the pod for its
+// swap budget, the container (the pod with its field path) for its own
+// limit, so that two containers' events are not folded into one series;
+// nil for a container the runtime did not create for a pod.
+func (r *limitReporter) regarding(d verify.Drift) *corev1.ObjectReference {
+	c := d.Container
 	if c.Pod == "" || c.PodUID == "" {
 		return nil
 	}
-	return &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Pod, UID: types.UID(c.PodUID)},
+	if d.Pod {
+		return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: c.Namespace, Name: c.Pod, UID: types.UID(c.PodUID)}
 	}
+	init := r.initContainer != nil && r.initContainer(c.Namespace, c.Pod, c.Name)
+	return podevents.ContainerRef(c.Namespace, c.Pod, c.PodUID, c.Name, init)
 }
 
 // describe prints a limit as a quantity; -1 is unlimited ("max").

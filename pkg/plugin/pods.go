@@ -103,6 +103,16 @@ func (s *podSource) GetPod(ctx context.Context, namespace, name string) (*corev1
 	}
 }
 
+// initContainer says whether the cached pod has an init (or sidecar)
+// container of that name; false when the pod is not in the cache.
+func (s *podSource) initContainer(namespace, pod, container string) bool {
+	p, err := s.lister.Pods(namespace).Get(pod)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == container })
+}
+
 // arrived wakes those who wait for the pod.
 func (s *podSource) arrived(obj any) {
 	pod, ok := obj.(*corev1.Pod)

@@ -29,7 +29,7 @@ type pressureWatcher struct {
 	monitor *pressure.Monitor
 	metrics *Metrics
 	// nodeEvent records an event on the Node; kick republishes.
-	nodeEvent func(eventType, reason, message string)
+	nodeEvent func(eventType, reason, action, message string)
 	kick      func()
 	now       func() time.Time
 	// psiProblem is the last reason PSI was missing, logged once.
@@ -78,11 +78,11 @@ func (w *pressureWatcher) step(ctx context.Context) {
 	for _, tr := range changed {
 		if tr.Set {
 			logger.Info("Tainting the swap device", "taint", tr.Key, "value", tr.Value, "reason", tr.Reason)
-			w.nodeEvent(corev1.EventTypeWarning, ReasonPressureTainted, "Swap device tainted "+tr.Key+"="+tr.Value+":NoSchedule: "+tr.Reason+
+			w.nodeEvent(corev1.EventTypeWarning, ReasonPressureTainted, taintAction("Taint", tr.Key), "Swap device tainted "+tr.Key+"="+tr.Value+":NoSchedule: "+tr.Reason+
 				"; new swap claims go to other nodes, pods already running keep their swap")
 		} else {
 			logger.Info("Clearing a swap device taint", "taint", tr.Key, "value", tr.Value, "reason", tr.Reason)
-			w.nodeEvent(corev1.EventTypeNormal, ReasonPressureCleared, "Swap device taint "+tr.Key+" removed: "+tr.Reason)
+			w.nodeEvent(corev1.EventTypeNormal, ReasonPressureCleared, taintAction("Untaint", tr.Key), "Swap device taint "+tr.Key+" removed: "+tr.Reason)
 		}
 	}
 	if len(changed) > 0 {

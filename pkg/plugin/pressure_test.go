@@ -46,14 +46,16 @@ func TestPressureWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
-	type event struct{ eventType, reason, message string }
+	type event struct{ eventType, reason, action, message string }
 	var events []event
 	kicks := 0
 	metrics := NewMetrics()
 	w := &pressureWatcher{
 		source:  pressure.Source{Root: root, CgroupV2KubepodsPath: kubepodsCgroup(root, 2)},
 		monitor: monitor, metrics: metrics,
-		nodeEvent: func(eventType, reason, message string) { events = append(events, event{eventType, reason, message}) },
+		nodeEvent: func(eventType, reason, action, message string) {
+			events = append(events, event{eventType, reason, action, message})
+		},
 		kick:      func() { kicks++ },
 		now:       func() time.Time { return now },
 	}
@@ -84,6 +86,11 @@ func TestPressureWatcher(t *testing.T) {
 	}
 	if kicks != 1 || len(events) != 2 || events[0].reason != ReasonPressureTainted || !strings.Contains(events[0].message, "dra.swap/memory-pressure=") {
 		t.Fatalf("kicks %d, events %+v", kicks, events)
+	}
+	// Two taints set at once are two events the events API keeps apart:
+	// it folds events with the same object, reason and action.
+	if events[0].action != "TaintMemoryPressure" || events[1].action != "TaintSwapFull" {
+		t.Errorf("actions %q and %q, want TaintMemoryPressure and TaintSwapFull", events[0].action, events[1].action)
 	}
 	page := scrapeHandler(t, metrics)
 	for _, want := range []string{

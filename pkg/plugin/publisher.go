@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,8 +34,11 @@ type Publisher struct {
 	// Prepared, if set, returns the swap the node's prepared claims hold;
 	// above the offer, the device gets TaintOvercommitted.
 	Prepared func() (int64, error)
-	// NodeEvent, if set, records an event on the Node.
-	NodeEvent func(eventType, reason, message string)
+	// NodeEvent, if set, records an event on the Node. The action names
+	// the taint (taintAction): the events API folds events with the same
+	// regarding object, reason and action into one series that keeps the
+	// first note, so two taints must not share an action.
+	NodeEvent func(eventType, reason, action, message string)
 	// Overcommitted, if set, is told after each check whether the device
 	// carries TaintOvercommitted (for the metrics).
 	Overcommitted func(bool)
@@ -183,21 +187,34 @@ func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
 				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end",
 				quantity(prepared), quantity(offer), TaintOvercommitted)
 			klog.FromContext(ctx).Info("Swap overcommitted: tainting the device", "node", p.NodeName, "prepared", prepared, "offer", offer)
-			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, msg)
+			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, taintAction("Taint", TaintOvercommitted), msg)
 		}
 		return
 	}
 	if p.taints.clear(TaintOvercommitted) {
 		klog.FromContext(ctx).Info("Swap no longer overcommitted: taint removed", "node", p.NodeName, "prepared", prepared, "offer", offer)
-		p.nodeEvent(corev1.EventTypeNormal, ReasonOvercommitCleared, fmt.Sprintf(
+		p.nodeEvent(corev1.EventTypeNormal, ReasonOvercommitCleared, taintAction("Untaint", TaintOvercommitted), fmt.Sprintf(
 			"The node offers %s of swap again and its swap claims hold %s: taint %s removed", quantity(offer), quantity(prepared), TaintOvercommitted))
 	}
 }
 
-func (p *Publisher) nodeEvent(eventType, reason, message string) {
+func (p *Publisher) nodeEvent(eventType, reason, action, message string) {
 	if p.NodeEvent != nil {
-		p.NodeEvent(eventType, reason, message)
+		p.NodeEvent(eventType, reason, action, message)
 	}
+}
+
+// taintAction is an event's action for setting or removing a taint: the
+// verb and the key's name in camel case ("dra.swap/swap-full" →
+// "TaintSwapFull").
+func taintAction(verb, key string) string {
+	name := key[strings.LastIndex(key, "/")+1:]
+	var b strings.Builder
+	b.WriteString(verb)
+	for _, part := range strings.FieldsFunc(name, func(r rune) bool { return r == '-' || r == '.' || r == '_' }) {
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	return b.String()
 }
 
 func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }

@@ -113,7 +113,7 @@ func TestPublisherOvercommitTaint(t *testing.T) {
 	current := facts(1 << 30)
 	prepared := int64(768 << 20)
 	var published []resourceslice.DriverResources
-	type event struct{ eventType, reason, message string }
+	type event struct{ eventType, reason, action, message string }
 	var events []event
 	p := &Publisher{
 		NodeName: "node-a",
@@ -124,7 +124,9 @@ func TestPublisherOvercommitTaint(t *testing.T) {
 			return nil
 		},
 		Prepared:  func() (int64, error) { return prepared, nil },
-		NodeEvent: func(eventType, reason, message string) { events = append(events, event{eventType, reason, message}) },
+		NodeEvent: func(eventType, reason, action, message string) {
+			events = append(events, event{eventType, reason, action, message})
+		},
 	}
 	taints := func() []string {
 		var keys []string
@@ -165,7 +167,21 @@ func TestPublisherOvercommitTaint(t *testing.T) {
 	if got := taints(); len(got) != 0 {
 		t.Fatalf("taints %v after swap returned", got)
 	}
-	if len(events) != 2 || events[1].reason != ReasonOvercommitCleared {
+	if len(events) != 2 || events[1].reason != ReasonOvercommitCleared || events[0].action != "TaintOvercommitted" || events[1].action != "UntaintOvercommitted" {
 		t.Fatalf("events %+v", events)
+	}
+}
+
+func TestTaintAction(t *testing.T) {
+	for _, tc := range []struct{ verb, key, want string }{
+		{"Taint", "dra.swap/swap-full", "TaintSwapFull"},
+		{"Untaint", "dra.swap/memory-pressure", "UntaintMemoryPressure"},
+		{"Taint", TaintOvercommitted, "TaintOvercommitted"},
+		{"Taint", "plain", "TaintPlain"},
+		{"Taint", "dra.swap/a--b", "TaintAB"},
+	} {
+		if got := taintAction(tc.verb, tc.key); got != tc.want {
+			t.Errorf("taintAction(%q, %q) = %q, want %q", tc.verb, tc.key, got, tc.want)
+		}
 	}
 }

@@ -200,17 +200,18 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)
-	publisher.NodeEvent = func(eventType, reason, message string) {
+	publisher.NodeEvent = func(eventType, reason, action, message string) {
 		ref := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}}
 		if n := node(); n != nil {
 			ref.UID = n.UID
 		}
-		recorder.Eventf(ref, nil, eventType, reason, "PublishSwap", "%s", message)
+		recorder.Eventf(ref, nil, eventType, reason, action, "%s", message)
 	}
+	reporter := &limitReporter{node: cfg.NodeName, metrics: metrics, recorder: recorder}
 	verifier := &verify.Verifier{
 		StateDir:   cfg.HookStateDir,
 		CgroupRoot: filepath.Join(rootOf(cfg.Discovery), "sys", "fs", "cgroup"),
-		Reporter:   &limitReporter{node: cfg.NodeName, metrics: metrics, recorder: recorder},
+		Reporter:   reporter,
 	}
 	var nri *nriplugin.Plugin
 	if cfg.NRISocket != "" {
@@ -224,6 +225,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err != nil {
 		return err
 	}
+	reporter.initContainer = pods.initContainer
 	statuses := newClaimStatuses(background, cfg.DriverName, cfg.NodeName, metrics)
 	manager := prepare.NewManager(prepare.Options{
 		DriverName: cfg.DriverName,
@@ -313,7 +315,8 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 
 	// The hook's outcomes become events on the pods; the verifier and the
 	// NRI plugin keep the limits true from here on.
-	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder, Reported: statuses.reported}
+	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder, Reported: statuses.reported,
+		InitContainer: pods.initContainer}
 	wg.Go(func() { statuses.run(ctx) })
 	wg.Go(func() { emitter.Run(ctx, time.Second) })
 	wg.Go(func() { verifier.Run(ctx, cfg.VerifyInterval) })

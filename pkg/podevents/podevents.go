@@ -18,7 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
@@ -116,6 +115,25 @@ type Emitter struct {
 	// claims' status).
 	Reported func(r Record)
 	Now      func() time.Time
+	// InitContainer, if set, says whether the pod's container is an init
+	// (or sidecar) container, for the event's field path; without it
+	// every container is taken for one of spec.containers.
+	InitContainer func(namespace, pod, container string) bool
+}
+
+// ContainerRef is the reference an event about one container of a pod
+// regards: the pod with the container's field path, as the kubelet's own
+// container events have it. The field path keeps events about two
+// containers of one pod apart: the events API folds events with the same
+// regarding object, reason and action into one series that keeps the
+// first note, so without it the second container's event would only
+// raise the first one's count.
+func ContainerRef(namespace, pod, uid, container string, init bool) *corev1.ObjectReference {
+	field := "spec.containers{" + container + "}"
+	if init {
+		field = "spec.initContainers{" + container + "}"
+	}
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod, UID: types.UID(uid), FieldPath: field}
 }
 
 // Flush emits an event for every record and deletes it. A malformed record
@@ -194,10 +212,8 @@ func read(path string) (Record, error) {
 }
 
 func (e *Emitter) emit(r Record) {
-	pod := &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Pod, UID: types.UID(r.PodUID)},
-	}
+	init := e.InitContainer != nil && e.InitContainer(r.Namespace, r.Pod, r.Container)
+	pod := ContainerRef(r.Namespace, r.Pod, r.PodUID, r.Container, init)
 	if r.Error != "" {
 		e.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonNotApplied, "ApplySwapLimit",
 			"Swap limit not applied to container %q on node %q: %s", r.Container, e.Node, r.Error)

@@ -1,12 +1,17 @@
 package podevents
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
 )
@@ -101,5 +106,58 @@ func TestWriteCapsError(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(dir, Dir, "c.json"))
 	if err != nil || fi.Size() > maxRecordBytes {
 		t.Fatalf("record size %v, %v", fi, err)
+	}
+}
+
+// TestTwoContainersTwoEvents: the events API folds events with the same
+// regarding object, reason and action into one series that keeps the
+// first note. Two containers of one pod that get their limits must show
+// up as two events, each naming its container, through a real broadcaster.
+func TestTwoContainersTwoEvents(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	now := time.Now()
+	client := fake.NewClientset()
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer broadcaster.Shutdown()
+	dir := t.TempDir()
+	for id, r := range map[string]Record{
+		"c1": {Namespace: "ns", Pod: "p", PodUID: "u1", Container: "app", LimitBytes: 100 << 20, CgroupVersion: 2, Time: now},
+		"c2": {Namespace: "ns", Pod: "p", PodUID: "u1", Container: "sidecar", LimitBytes: 50 << 20, CgroupVersion: 2, Time: now},
+	} {
+		if err := Write(dir, id, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &Emitter{StateDir: dir, Node: "node-a", Recorder: broadcaster.NewRecorder(scheme.Scheme, "dra.swap"),
+		InitContainer: func(namespace, pod, container string) bool { return container == "sidecar" }}
+	if n, err := e.Flush(ctx); err != nil || n != 2 {
+		t.Fatalf("Flush = %d, %v", n, err)
+	}
+	want := map[string]string{
+		"spec.containers{app}":         `Swap limit 100Mi applied to container "app"`,
+		"spec.initContainers{sidecar}": `Swap limit 50Mi applied to container "sidecar"`,
+	}
+	var got map[string]string
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := client.EventsV1().Events("ns").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = map[string]string{}
+		for _, ev := range list.Items {
+			got[ev.Regarding.FieldPath] = ev.Note
+		}
+		return len(got) == len(want), nil
+	})
+	if err != nil {
+		t.Fatalf("events by field path %q, want two: %v", got, err)
+	}
+	for path, note := range want {
+		if !strings.HasPrefix(got[path], note) {
+			t.Errorf("event on %s: %q, want it to start with %q", path, got[path], note)
+		}
 	}
 }
