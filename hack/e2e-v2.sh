@@ -6,6 +6,7 @@
 # guest writes the suite's exit code to a result file; qemu's own exit code
 # says nothing.
 #   E2E=skip   skip, explicitly
+#   E2E_RUN=regexp  run only the matching tests (go test -run)
 #   E2E_V2_TIMEOUT  seconds for the whole guest run (default 2700; a warm run
 #                   takes about 450)
 set -euo pipefail
@@ -37,6 +38,7 @@ for layout in images images-upgrade; do
 	cp -al "_output/$layout" "$share/repo/_output/$layout" 2>/dev/null || cp -a "_output/$layout" "$share/repo/_output/$layout"
 done
 CGO_ENABLED=0 go test -c -o "$share/e2e.test" ./test/e2e
+printf '%s' "${E2E_RUN:-}" > "$share/run-filter"
 cat > "$share/run.sh" <<'RUN'
 #!/bin/bash
 # Inside the guest: bring the node up from the shared scripts and run the suite.
@@ -49,7 +51,8 @@ cd /share/repo
 hack/cluster/up.sh
 cd test/e2e
 rc=0
-/share/e2e.test -test.v -test.timeout 40m || rc=$?
+filter=$(cat /share/run-filter)
+/share/e2e.test -test.v -test.timeout 40m ${filter:+-test.run "$filter"} || rc=$?
 /share/repo/hack/cluster/logs.sh 60 > /share/cluster-logs.txt 2>&1 || true
 exit "$rc"
 RUN
