@@ -56,8 +56,8 @@ func TestPressureWatcher(t *testing.T) {
 		nodeEvent: func(eventType, reason, action, message string) {
 			events = append(events, event{eventType, reason, action, message})
 		},
-		kick:      func() { kicks++ },
-		now:       func() time.Time { return now },
+		kick: func() { kicks++ },
+		now:  func() time.Time { return now },
 	}
 	if w.source.CgroupV2KubepodsPath != "kubepods.slice" {
 		t.Fatalf("kubepods cgroup %q, want kubepods.slice", w.source.CgroupV2KubepodsPath)

@@ -123,7 +123,7 @@ func TestPublisherOvercommitTaint(t *testing.T) {
 			published = append(published, r)
 			return nil
 		},
-		Prepared:  func() (int64, error) { return prepared, nil },
+		Prepared: func() (int64, error) { return prepared, nil },
 		NodeEvent: func(eventType, reason, action, message string) {
 			events = append(events, event{eventType, reason, action, message})
 		},
