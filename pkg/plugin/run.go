@@ -284,8 +284,10 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		logger.Info("Verified swap limits at start-up", "held", sum.Held, "restored", sum.Restored, "removedRecords", sum.Removed)
 	}
 
+	prefetch := &claimPrefetch{client: client}
 	opts := []kubeletplugin.Option{
-		kubeletplugin.KubeClient(client),
+		kubeletplugin.KubeClient(prefetchingClient{Interface: client}),
+		kubeletplugin.GRPCInterceptor(prefetch.interceptor),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.DriverName(cfg.DriverName),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
