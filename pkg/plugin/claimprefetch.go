@@ -81,7 +81,9 @@ func (c prefetchingClient) ResourceV1() resourceclient.ResourceV1Interface {
 	return prefetchingResourceV1{ResourceV1Interface: c.Interface.ResourceV1()}
 }
 
-type prefetchingResourceV1 struct{ resourceclient.ResourceV1Interface }
+type prefetchingResourceV1 struct {
+	resourceclient.ResourceV1Interface
+}
 
 func (r prefetchingResourceV1) ResourceClaims(namespace string) resourceclient.ResourceClaimInterface {
 	return prefetchingClaims{ResourceClaimInterface: r.ResourceV1Interface.ResourceClaims(namespace), namespace: namespace}
