@@ -257,6 +257,7 @@ func TestContainerLimits(t *testing.T) {
 
 // TestSchedulingByCapacity: the scheduler places swap by the node's offer.
 func TestSchedulingByCapacity(t *testing.T) {
+	hostLegOnly(t, "the scheduler's capacity accounting does not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	offer := c.offer(t)
@@ -324,6 +325,7 @@ func (c *env) waitNoPods(t *testing.T, ns string) {
 
 // TestDeviceClassSelectors: CEL selectors over the published attributes.
 func TestDeviceClassSelectors(t *testing.T) {
+	hostLegOnly(t, "CEL selectors over the device's attributes do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	dev := c.swapDevice(t)
@@ -511,6 +513,7 @@ func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version
 // binds it, so Downward API environment variables see them when the
 // container starts (KEP-4742 through the driver).
 func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
+	hostLegOnly(t, "the controller's labels and the Downward API do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)

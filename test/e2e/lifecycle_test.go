@@ -115,6 +115,7 @@ func (s *startTimes) latency(name string) (time.Duration, bool) {
 // of them gets its limit without waiting out a kubelet retry, a running
 // pod keeps its limit, and its claim unprepares cleanly afterwards.
 func TestUpgradeUnderLoad(t *testing.T) {
+	hostLegOnly(t, "a rolling update of the plugin (two instances, the hook replaced on the host, released CDI specs) does not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
@@ -394,6 +395,7 @@ func TestUninstallAndReinstall(t *testing.T) {
 // ValidatingAdmissionPolicy, writing one of its own node is allowed, and a
 // token without a node is refused.
 func TestPluginSlicesOwnNodeOnly(t *testing.T) {
+	hostLegOnly(t, "admission of ResourceSlices does not depend on the cgroup version")
 	c := loadCluster(t)
 	ctx := context.Background()
 	plugin := c.pluginPods(t)[0]

@@ -93,9 +93,6 @@ func TestPressureTaints(t *testing.T) {
 	}
 
 	t.Run("swap-full", func(t *testing.T) {
-		// Swap use is read from /proc/meminfo alike on both cgroup
-		// versions; the emulated node tests memory pressure instead.
-		hostLegOnly(t, "swap-full reads /proc/meminfo, the same on both cgroup versions")
 		// 600MiB beyond its 64Mi memory limit: over half of the node's
 		// 1GiB of swap.
 		hog := c.createPod(t, c.WorkloadPod(ns, "hog", map[string]string{"swap": "swap-700"},
