@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,17 +19,50 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 
-// podCgroupLimit reads the swap budget of a container's pod on the node:
-// its parent cgroup's limit (v1 memsw − memory limit; v2 memory.swap.max,
-// -1 for "max").
-func (c *env) podCgroupLimit(t *testing.T, p *corev1.Pod, container string) int64 {
+// podCgroupLimit reads the swap budget of the pod on the node: its pod
+// cgroup's limit (v1 memsw − memory limit; v2 memory.swap.max, -1 for
+// "max").
+func (c *env) podCgroupLimit(t *testing.T, p *corev1.Pod) int64 {
 	t.Helper()
-	version, root, group := c.hostCgroup(t, p, container)
-	limit, err := cgroupswap.ReadLimit(version, root, filepath.Dir(group))
+	version, root, group := c.podCgroup(t, p)
+	limit, err := cgroupswap.ReadLimit(version, root, group)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return limit
+}
+
+// podCgroup finds the pod's memory cgroup by the pod's UID (cgroupfs:
+// pod<uid>; systemd: …-pod<uid with underscores>.slice), not through one
+// of its containers: a container may already be gone (OOM-killed, by
+// design in TestPodSwapBudget) while the pod's cgroup stays.
+func (c *env) podCgroup(t *testing.T, p *corev1.Pod) (version int, root, group string) {
+	t.Helper()
+	version = c.cgroupVersion(t)
+	root = "/sys/fs/cgroup"
+	hierarchy := root
+	if version == 1 {
+		hierarchy = filepath.Join(root, "memory")
+	}
+	cgroupfs := "pod" + string(p.UID)
+	systemd := "-pod" + strings.ReplaceAll(string(p.UID), "-", "_") + ".slice"
+	var matches []string
+	for _, top := range []string{"kubepods", "kubepods.slice"} {
+		_ = filepath.WalkDir(filepath.Join(hierarchy, top), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if name := d.Name(); name == cgroupfs || strings.HasSuffix(name, systemd) {
+				matches = append(matches, path)
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
+	if len(matches) != 1 {
+		t.Fatalf("pod %s (%s): %d cgroups found under %s: %v", p.Name, p.UID, len(matches), hierarchy, matches)
+	}
+	return version, root, strings.TrimPrefix(matches[0], hierarchy)
 }
 
 // TestPodSwapBudget: two containers share one 200Mi claim, which the
@@ -55,7 +89,7 @@ func TestPodSwapBudget(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		assertSwapLimit(t, c.report(t, p, name, "START"), 200*mi)
 	}
-	if got := c.podCgroupLimit(t, p, "a"); got != 200*mi {
+	if got := c.podCgroupLimit(t, p); got != 200*mi {
 		t.Errorf("the pod's cgroup swap budget is %d, want %d", got, 200*mi)
 	}
 	c.waitEvent(t, p, corev1.EventTypeNormal, "SwapApplied", "the pod's containers share a swap budget of 200Mi")
