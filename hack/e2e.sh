@@ -3,6 +3,7 @@
 # tears it down again, also when the tests fail.
 #   E2E=skip   skip, explicitly (for machines that are not root or cannot swapon)
 #   E2E_KEEP=1 keep the cluster running afterwards (tear down with make demo-down)
+#   E2E_RUN=regexp run only the matching tests (go test -run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +31,7 @@ up=$SECONDS
 hack/cluster/up.sh
 echo "e2e: cluster up in $((SECONDS - up)) s"
 tests=$SECONDS
-go test -count=1 -v -timeout 40m ./test/e2e/ 2>&1 | tee _output/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|^\s+\S+_test.go:'
+go test -count=1 -v -timeout 40m ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/ 2>&1 | tee _output/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|^\s+\S+_test.go:'
 rc=${PIPESTATUS[0]}
 echo "e2e: tests took $((SECONDS - tests)) s, $((SECONDS - start)) s in all (full log: _output/e2e.log)"
 exit "$rc"
