@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
@@ -72,7 +71,7 @@ func (r *limitReporter) regarding(d verify.Drift) *corev1.ObjectReference {
 		return nil
 	}
 	if d.Pod {
-		return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: c.Namespace, Name: c.Pod, UID: types.UID(c.PodUID)}
+		return podevents.PodRef(c.Namespace, c.Pod, c.PodUID)
 	}
 	init := r.initContainer != nil && r.initContainer(c.Namespace, c.Pod, c.Name)
 	return podevents.ContainerRef(c.Namespace, c.Pod, c.PodUID, c.Name, init)

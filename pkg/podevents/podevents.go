@@ -129,11 +129,17 @@ type Emitter struct {
 // first note, so without it the second container's event would only
 // raise the first one's count.
 func ContainerRef(namespace, pod, uid, container string, init bool) *corev1.ObjectReference {
-	field := "spec.containers{" + container + "}"
+	ref := PodRef(namespace, pod, uid)
+	ref.FieldPath = "spec.containers{" + container + "}"
 	if init {
-		field = "spec.initContainers{" + container + "}"
+		ref.FieldPath = "spec.initContainers{" + container + "}"
 	}
-	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod, UID: types.UID(uid), FieldPath: field}
+	return ref
+}
+
+// PodRef is the reference an event about the pod as a whole regards.
+func PodRef(namespace, pod, uid string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod, UID: types.UID(uid)}
 }
 
 // Flush emits an event for every record and deletes it. A malformed record

@@ -2,8 +2,7 @@ package e2e
 
 import (
 	"context"
-	"io/fs"
-	"path/filepath"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -38,31 +37,11 @@ func (c *env) podCgroupLimit(t *testing.T, p *corev1.Pod) int64 {
 // design in TestPodSwapBudget) while the pod's cgroup stays.
 func (c *env) podCgroup(t *testing.T, p *corev1.Pod) (version int, root, group string) {
 	t.Helper()
-	version = c.cgroupVersion(t)
-	root = "/sys/fs/cgroup"
-	hierarchy := root
-	if version == 1 {
-		hierarchy = filepath.Join(root, "memory")
-	}
 	cgroupfs := "pod" + string(p.UID)
 	systemd := "-pod" + strings.ReplaceAll(string(p.UID), "-", "_") + ".slice"
-	var matches []string
-	for _, top := range []string{"kubepods", "kubepods.slice"} {
-		_ = filepath.WalkDir(filepath.Join(hierarchy, top), func(path string, d fs.DirEntry, err error) error {
-			if err != nil || !d.IsDir() {
-				return nil
-			}
-			if name := d.Name(); name == cgroupfs || strings.HasSuffix(name, systemd) {
-				matches = append(matches, path)
-				return filepath.SkipDir
-			}
-			return nil
-		})
-	}
-	if len(matches) != 1 {
-		t.Fatalf("pod %s (%s): %d cgroups found under %s: %v", p.Name, p.UID, len(matches), hierarchy, matches)
-	}
-	return version, root, strings.TrimPrefix(matches[0], hierarchy)
+	return c.findCgroup(t, fmt.Sprintf("pod %s (%s)", p.Name, p.UID), func(name string) bool {
+		return name == cgroupfs || strings.HasSuffix(name, systemd)
+	})
 }
 
 // TestPodSwapBudget: two containers share one 200Mi claim, which the

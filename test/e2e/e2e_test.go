@@ -70,16 +70,8 @@ func TestSwapClaimPreventsOOM(t *testing.T) {
 // of limits, may reach it first, and the runtime then sees only SIGKILL
 // (exit 137, reason Error).
 func oomKilled(p *corev1.Pod, container string) bool {
-	if p.Status.Phase != corev1.PodFailed {
-		return false
-	}
-	for _, s := range p.Status.ContainerStatuses {
-		if s.Name == container && s.State.Terminated != nil {
-			t := s.State.Terminated
-			return t.Reason == "OOMKilled" || t.Reason == "Error" && t.ExitCode == 137
-		}
-	}
-	return false
+	t := cluster.TerminatedState(p, container)
+	return p.Status.Phase == corev1.PodFailed && t != nil && (t.Reason == "OOMKilled" || t.Reason == "Error" && t.ExitCode == 137)
 }
 
 // assertNoSwap checks that a container without a claim saw a zero swap
@@ -483,6 +475,15 @@ func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version
 	if id == "" {
 		t.Fatalf("container %s has no ID", container)
 	}
+	return c.findCgroup(t, fmt.Sprintf("container %s (%s) of pod %s", container, id, p.Name), func(name string) bool {
+		return name == id || name == "cri-containerd-"+id+".scope"
+	})
+}
+
+// findCgroup walks the node's kubepods memory cgroups for the one
+// directory whose name matches; what names it in the failure.
+func (c *env) findCgroup(t *testing.T, what string, match func(name string) bool) (version int, root, group string) {
+	t.Helper()
 	version = c.cgroupVersion(t)
 	root = "/sys/fs/cgroup"
 	hierarchy := root
@@ -495,7 +496,7 @@ func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version
 			if err != nil || !d.IsDir() {
 				return nil
 			}
-			if name := d.Name(); name == id || name == "cri-containerd-"+id+".scope" {
+			if match(d.Name()) {
 				matches = append(matches, path)
 				return filepath.SkipDir
 			}
@@ -503,7 +504,7 @@ func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version
 		})
 	}
 	if len(matches) != 1 {
-		t.Fatalf("container %s (%s) of pod %s: %d cgroups found under %s: %v", container, id, p.Name, len(matches), hierarchy, matches)
+		t.Fatalf("%s: %d cgroups found under %s: %v", what, len(matches), hierarchy, matches)
 	}
 	return version, root, strings.TrimPrefix(matches[0], hierarchy)
 }

@@ -142,15 +142,11 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	// A new claim pod every second (every 4 s on the emulated node), at
-	// most 40 of them (6 on the emulated node, where a pod takes some 20 s
-	// to start and more would only queue up behind each other).
-	maxProbes := 40
-	if cluster.Emulated() {
-		maxProbes = 6
-	}
+	// A new claim pod every second, at most 40 of them (the test runs on
+	// the host leg only).
+	const maxProbes = 40
 	wg.Go(func() {
-		tick := time.NewTicker(cluster.Scaled(time.Second))
+		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for i := 0; i < maxProbes; i++ {
 			name := fmt.Sprintf("load-%03d", i)

@@ -234,12 +234,21 @@ func findLine(path, prefix string) (string, bool) {
 
 // TerminatedReason is the container's termination reason, if any.
 func TerminatedReason(p *corev1.Pod, container string) string {
-	for _, s := range p.Status.ContainerStatuses {
-		if s.Name == container && s.State.Terminated != nil {
-			return s.State.Terminated.Reason
-		}
+	if t := TerminatedState(p, container); t != nil {
+		return t.Reason
 	}
 	return ""
+}
+
+// TerminatedState is the container's terminated state, nil while it has
+// not terminated.
+func TerminatedState(p *corev1.Pod, container string) *corev1.ContainerStateTerminated {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == container && s.State.Terminated != nil {
+			return s.State.Terminated
+		}
+	}
+	return nil
 }
 
 // Finished reports whether the pod ran to an end.
