@@ -41,8 +41,11 @@ fi
 
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}"
+# One apt at a time: make test builds the cluster and the guest image at once,
+# and each may install packages (apt's own lock fails instead of waiting).
+apt_lock=/run/lock/dra-swap-apt.lock
+flock "${apt_lock}" apt-get update -q
+flock "${apt_lock}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 
 still=()
 for pkg in "${missing[@]}"; do

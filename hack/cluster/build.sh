@@ -13,7 +13,7 @@ if [ ! -x "$BIN/containerd" ] || [ "$ctd_src/go.sum" -nt "$BIN/containerd" ]; th
 		github.com/containerd/containerd/v2/cmd/ctr github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
 fi
 make --no-print-directory build OUT_DIR="$BIN"
-go build -o "$BIN/e2e-clusterctl" ./test/e2e/clusterctl
+CGO_ENABLED=0 go build -trimpath -o "$BIN/e2e-clusterctl" ./test/e2e/clusterctl
 # helm, from its own tools module: hack/cluster/driver.sh installs the chart with it.
 OUT_DIR="$BIN" hack/build-helm.sh
 make --no-print-directory image-tool OUT_DIR="$BIN"

@@ -56,11 +56,14 @@ need_root() { [ "$(id -u)" = 0 ] || die "run as root: $*"; }
 
 # --- host tools
 installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]; }
+# One apt at a time (hack/install-deps.sh takes the same lock): make test
+# builds the guest image while the cluster's build installs packages.
+APT_LOCK=/run/lock/dra-swap-apt.lock
 apt_updated=0
 apt_update() {
 	if [ "$apt_updated" = 0 ] && [ "$(id -u)" = 0 ]; then
 		log "apt-get update"
-		DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+		DEBIAN_FRONTEND=noninteractive flock "$APT_LOCK" apt-get update -q >/dev/null
 		apt_updated=1
 	fi
 }
@@ -70,7 +73,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	need_root "apt-get must install ${missing[*]}"
 	apt_update
 	log "installing ${missing[*]}"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+	DEBIAN_FRONTEND=noninteractive flock "$APT_LOCK" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
 	apt_update
@@ -275,7 +278,9 @@ install -m 0644 "$HERE/dra-swap-guest.service" "$root/etc/systemd/system/dra-swa
 mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
 ln -sfn /etc/systemd/system/dra-swap-guest.service "$root/etc/systemd/system/multi-user.target.wants/dra-swap-guest.service"
 ln -sfn /lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
-for unit in getty@tty1.service serial-getty@ttyS0.service getty.target apt-daily.timer apt-daily-upgrade.timer \
+# etcd.service is the etcd-server package's own etcd: up.sh starts the
+# cluster's etcd, and a second, idle one costs the emulated node CPU.
+for unit in etcd.service getty@tty1.service serial-getty@ttyS0.service getty.target apt-daily.timer apt-daily-upgrade.timer \
 	fstrim.timer e2scrub_all.timer e2scrub_reap.service systemd-timesyncd.service dpkg-db-backup.timer; do
 	ln -sfn /dev/null "$root/etc/systemd/system/$unit"
 done

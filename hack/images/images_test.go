@@ -237,7 +237,12 @@ func TestImages(t *testing.T) {
 func buildTool(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	tool := filepath.Join(t.TempDir(), "dra-swap-images")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", tool, ".").CombinedOutput(); err != nil {
+	// The Makefile's build configuration (static, -trimpath), whatever the
+	// test itself was built with (-race needs cgo): a cold make test then
+	// compiles the dependencies once for both.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tool, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return tool
