@@ -82,7 +82,11 @@ for cmd in "$@"; do
 	start=${SECONDS}
 	# Build to a temporary name so an interrupted build never leaves a
 	# half-written binary that looks up to date.
-	(cd "${tools_dir}" && "${GO}" build -o "${out}.tmp" -ldflags "${ldflags}" "k8s.io/kubernetes/cmd/${cmd}") ||
+	# Static and -trimpath, as Kubernetes releases its server binaries and as
+	# this repository builds its own: the tools module pins the versions
+	# client-go and component-base share with the main module, so a cold
+	# make test compiles those packages once for both.
+	(cd "${tools_dir}" && CGO_ENABLED=0 "${GO}" build -trimpath -o "${out}.tmp" -ldflags "${ldflags}" "k8s.io/kubernetes/cmd/${cmd}") ||
 		{
 			rm -f "${out}.tmp"
 			die "go build of ${cmd} failed"
