@@ -48,11 +48,13 @@ push: image-tool
 	$(OUT_DIR)/dra-swap-images push -from $(IMAGES_DIR) -registry $(REGISTRY)
 
 ## test: everything a change must pass: static checks, unit tests,
-## integration tests, then end-to-end tests on a real cluster, on this host's
+## integration tests, and end-to-end tests on a real cluster, on this host's
 ## cgroups (v1 here) and on cgroup v2 in an emulated guest (E2E=skip skips
-## both). hack/test-clusters.sh runs the v2 leg beside the integration tests
-## and the host leg: the same tests as `make integration e2e e2e-v2`.
-test: verify unit
+## both). The same tests as `make verify unit integration e2e e2e-v2`, in
+## another order: hack/test-clusters.sh runs the v2 leg beside the others.
+test:
+	@mkdir -p _output; hack/prefetch-modules.sh > _output/prefetch.log 2>&1 &
+	$(MAKE) --no-print-directory verify
 	hack/test-clusters.sh
 
 verify:

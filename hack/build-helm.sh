@@ -15,7 +15,7 @@ if [[ -x "${out}" && "${out}" -nt "${src}/go.sum" && "${out}" -nt "${src}/go.mod
 fi
 echo "build-helm: building helm -> ${out}"
 start=${SECONDS}
-(cd "${src}" && CGO_ENABLED=0 go build -trimpath -o "${out}.tmp" helm.sh/helm/v4/cmd/helm) || {
+(cd "${src}" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "${out}.tmp" helm.sh/helm/v4/cmd/helm) || {
 	rm -f "${out}.tmp"
 	echo "build-helm: go build of helm failed" >&2
 	exit 1

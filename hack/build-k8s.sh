@@ -67,7 +67,9 @@ done
 mkdir -p "${OUT_DIR}"
 OUT_DIR="$(cd "${OUT_DIR}" && pwd)"
 
-ldflags="-X k8s.io/component-base/version.gitVersion=${KUBE_VERSION}"
+# -s -w: no symbol table and no DWARF (as Kubernetes releases build them):
+# a faster link, and smaller binaries for the emulated node to load over 9p.
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION}"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=${git_major}"
 ldflags+=" -X k8s.io/component-base/version.gitMinor=${git_minor}"
 ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"

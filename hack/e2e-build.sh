@@ -8,5 +8,6 @@ hack/cluster/build.sh
 mkdir -p _output
 # CGO_ENABLED=0 and -trimpath, as every Go build of this module but the race
 # unit tests: one build configuration, compiled once (see the Makefile).
-CGO_ENABLED=0 go test -c -trimpath -o _output/e2e.test.tmp ./test/e2e
+# -s -w: a faster link; panics still print file:line (from the pclntab).
+CGO_ENABLED=0 go test -c -trimpath -ldflags="-s -w" -o _output/e2e.test.tmp ./test/e2e
 mv -f _output/e2e.test.tmp _output/e2e.test

@@ -48,7 +48,7 @@ cat > "$share/run.sh" <<'RUN'
 set -euo pipefail
 # systemd is the guest's PID 1: the kubelet and containerd use the systemd cgroup
 # driver and run as systemd units (the v1 leg on the host keeps cgroupfs).
-export NODE_IP=10.200.0.2 TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 CGROUP_DRIVER=systemd
+export NODE_IP=10.200.0.2 TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_EMULATED=1 CGROUP_DRIVER=systemd
 echo "guest: $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), in $(cat /proc/self/cgroup)"
 cd /share/repo
 hack/cluster/up.sh

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The part of `make test` after the unit tests: the integration tests and both
-# end-to-end legs, arranged for a 2-core machine. The cgroup v2 leg is an
-# emulated guest that runs for about 20 minutes; it starts as soon as its
-# inputs are built and runs while the host does the integration tests and the
-# cgroup v1 leg. Nothing is shared at run time: the guest has no network and
-# its own cluster; the host leg's cluster lives in /var/lib/dra-swap-e2e.
-#   E2E=skip   only the integration tests (both legs skip, as on their own)
+# The part of `make test` after the static checks: the unit, integration and
+# end-to-end tests, arranged for a 2-core machine. The cgroup v2 leg is an
+# emulated guest that runs for 20-odd minutes and is the longest part; it
+# starts as soon as its inputs are built, and the host runs the integration
+# tests, the cgroup v1 leg and the unit tests while it runs. Nothing is shared
+# at run time: the guest has no network and its own cluster; the host leg's
+# cluster lives in /var/lib/dra-swap-e2e.
+#   E2E=skip   no builds: the unit and integration tests (both legs skip, as
+#              on their own)
 # Logs: _output/integration.log, _output/e2e.log, _output/e2e-v2.log, and the
 # v2 leg's console output in _output/e2e-v2.out (printed at the end).
 set -euo pipefail
@@ -15,6 +17,7 @@ start=$SECONDS
 phase() { echo "test: $* (at $((SECONDS - start)) s)"; }
 
 if [ "${E2E:-}" = skip ]; then
+	make --no-print-directory unit
 	make --no-print-directory integration
 	hack/e2e.sh
 	hack/e2e-v2.sh
@@ -49,6 +52,10 @@ make --no-print-directory integration || rc=1
 phase "e2e on this host (cgroup v$( [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] && echo 2 || echo 1)), while the v2 guest runs"
 # The guest takes CPU from the host leg: its timeouts get twice the room.
 E2E_SKIP_BUILD=1 E2E_TIMEOUT_SCALE=${E2E_TIMEOUT_SCALE:-2} TIMEOUT_SCALE=${TIMEOUT_SCALE:-2} hack/e2e.sh || rc=1
+# The unit tests last: their -race build is the host's largest remaining
+# work, and the guest still runs for minutes after the host leg.
+phase "unit tests (-race), while the v2 guest runs"
+make --no-print-directory unit || rc=1
 phase "waiting for the v2 leg"
 v2rc=0
 wait "$v2" || v2rc=$?
@@ -56,5 +63,5 @@ trap - EXIT
 echo "----- e2e-v2 (cgroup v2 guest) -----"
 cat _output/e2e-v2.out
 [ "$v2rc" = 0 ] || rc=1
-phase "done: integration and e2e $([ "$rc" = 0 ] && echo passed || echo FAILED)"
+phase "done: unit, integration and e2e $([ "$rc" = 0 ] && echo passed || echo FAILED)"
 exit "$rc"

@@ -9,7 +9,7 @@ OUT_DIR="$BIN" hack/build-k8s.sh kube-apiserver kube-controller-manager kube-sch
 ctd_src=test/tools/containerd
 if [ ! -x "$BIN/containerd" ] || [ "$ctd_src/go.sum" -nt "$BIN/containerd" ]; then
 	log "building containerd (about 2 minutes the first time)"
-	(cd "$ctd_src" && go build -o "$BIN/" github.com/containerd/containerd/v2/cmd/containerd \
+	(cd "$ctd_src" && go build -ldflags="-s -w" -o "$BIN/" github.com/containerd/containerd/v2/cmd/containerd \
 		github.com/containerd/containerd/v2/cmd/ctr github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
 fi
 make --no-print-directory build OUT_DIR="$BIN"
