@@ -50,11 +50,12 @@ push: image-tool
 ## test: everything a change must pass: static checks, unit tests,
 ## integration tests, and end-to-end tests on a real cluster, on this host's
 ## cgroups (v1 here) and on cgroup v2 in an emulated guest (E2E=skip skips
-## both). The same tests as `make verify unit integration e2e e2e-v2`, in
-## another order: hack/test-clusters.sh runs the v2 leg beside the others.
+## both): `make verify unit integration e2e e2e-v2`, with the builds of both
+## legs done once, and the guest image built while the cluster's compile
+## (hack/test-clusters.sh).
 test:
 	@mkdir -p _output; hack/prefetch-modules.sh > _output/prefetch.log 2>&1 &
-	$(MAKE) --no-print-directory verify
+	$(MAKE) --no-print-directory verify unit
 	hack/test-clusters.sh
 
 verify:
