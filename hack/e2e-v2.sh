@@ -35,12 +35,13 @@ mkdir -p "$share/repo/hack" "$share/repo/_output" "$share/repo/test/e2e" "$share
 cp -a hack/cluster "$share/repo/hack/"
 # The chart that hack/cluster/driver.sh installs.
 cp -a deployments/helm "$share/repo/deployments/"
-# Hard links where possible: the binaries are large.
-cp -al _output/bin "$share/repo/_output/bin" 2>/dev/null || cp -a _output/bin "$share/repo/_output/bin"
+# Hard links where possible: the binaries, images and the suite are large.
+link_or_copy() { cp -al "$1" "$2" 2>/dev/null || cp -a "$1" "$2"; }
+link_or_copy _output/bin "$share/repo/_output/bin"
 for layout in images images-upgrade; do
-	cp -al "_output/$layout" "$share/repo/_output/$layout" 2>/dev/null || cp -a "_output/$layout" "$share/repo/_output/$layout"
+	link_or_copy "_output/$layout" "$share/repo/_output/$layout"
 done
-cp -a _output/e2e.test "$share/e2e.test"
+link_or_copy _output/e2e.test "$share/e2e.test"
 printf '%s' "${E2E_RUN:-}" > "$share/run-filter"
 cat > "$share/run.sh" <<'RUN'
 #!/bin/bash

@@ -8,7 +8,7 @@ hack/install-deps.sh etcd-server runc containernetworking-plugins iptables iprou
 OUT_DIR="$BIN" hack/build-k8s.sh kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
 ctd_src=test/tools/containerd
 if [ ! -x "$BIN/containerd" ] || [ "$ctd_src/go.sum" -nt "$BIN/containerd" ]; then
-	log "building containerd (about 2 minutes the first time)"
+	log "building containerd (3-4 minutes the first time)"
 	(cd "$ctd_src" && go build -ldflags="-s -w" -o "$BIN/" github.com/containerd/containerd/v2/cmd/containerd \
 		github.com/containerd/containerd/v2/cmd/ctr github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
 fi
