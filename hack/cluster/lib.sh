@@ -26,6 +26,21 @@ API_PORT="${API_PORT:-26443}"
 # /32 labelled $NODE_IP_LABEL, which teardown removes again.
 NODE_IP="${NODE_IP:-10.201.0.1}"
 NODE_IP_LABEL=lo:draswap
+# Which part of the cluster up.sh brings up here: all (one node with its
+# own control plane), control-plane (etcd, kube-apiserver, the controller
+# manager, the scheduler and the registry, for a node elsewhere: the v2 leg
+# runs them on the host, beside its emulated guest) or node (containerd,
+# the kubelet, kube-proxy, swap and the driver, against a control plane at
+# API_HOST, with its certificates from PKI_FROM). A running cluster's env
+# file says which.
+if [ -z "${CLUSTER_ROLE:-}" ] && [ -f "$CLUSTER_DIR/env" ]; then
+	CLUSTER_ROLE=$(sed -n 's/^CLUSTER_ROLE=//p' "$CLUSTER_DIR/env")
+fi
+CLUSTER_ROLE="${CLUSTER_ROLE:-all}"
+case "$CLUSTER_ROLE" in all | control-plane | node) ;; *) echo "CLUSTER_ROLE must be all, control-plane or node, not $CLUSTER_ROLE" >&2; exit 1 ;; esac
+# The API server's address: the node's own, unless the control plane runs
+# elsewhere.
+API_HOST="${API_HOST:-$NODE_IP}"
 # Pod network: a bridge (CNI bridge + host-local IPAM) on the node, and
 # kube-proxy in iptables mode for Services.
 POD_CIDR="${POD_CIDR:-10.88.0.0/16}"
@@ -41,9 +56,11 @@ PROXY_METRICS_PORT="${PROXY_METRICS_PORT:-10249}"
 DRIVER_NAMESPACE="${DRIVER_NAMESPACE:-dra-swap}"
 # The image registry on loopback that containerd pulls from over plain http.
 REGISTRY_PORT="${REGISTRY_PORT:-25000}"
-REGISTRY="127.0.0.1:$REGISTRY_PORT"
+REGISTRY_HOST="${REGISTRY_HOST:-127.0.0.1}"
+REGISTRY="$REGISTRY_HOST:$REGISTRY_PORT"
 PKI="$CLUSTER_DIR/pki"
-LOGS="$CLUSTER_DIR/logs"
+# Component logs (CLUSTER_LOGS: elsewhere, e.g. where a guest can read them).
+LOGS="${CLUSTER_LOGS:-$CLUSTER_DIR/logs}"
 PIDS="$CLUSTER_DIR/pids"
 RUN="$CLUSTER_DIR/run"
 # containerd's NRI socket (NRI on, its default; NRI_DISABLE=1 turns it off
@@ -182,7 +199,7 @@ wait_for() {
 	log "$what after $((SECONDS - start))s"
 }
 
-api() { curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://$NODE_IP:$API_PORT$1"; }
+api() { curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://$API_HOST:$API_PORT$1"; }
 
 # Stopped in this order.
 COMPONENTS="kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver containerd registry etcd"
@@ -294,6 +311,13 @@ teardown_network() {
 
 # teardown: stops everything a run (also a killed one) left behind.
 teardown() {
+	if [ "$CLUSTER_ROLE" = control-plane ]; then
+		# Processes only: no node, so nothing in the node's network,
+		# cgroups or swap.
+		for c in $COMPONENTS; do stop "$c"; done
+		rm -rf "$CLUSTER_DIR"
+		return 0
+	fi
 	if [ ! -d "$CLUSTER_DIR" ]; then
 		teardown_network
 		return 0

@@ -7,59 +7,92 @@
 # CLUSTER_DIR (default /var/lib/dra-swap-e2e). Clears whatever an earlier,
 # killed run left.
 #   UP_SKIP_DRIVER=1  stop before installing the driver (a cluster without it)
+#   CLUSTER_ROLE=control-plane|node  one half of the cluster (lib.sh): the
+#                     v2 leg runs the control plane on the host and the node
+#                     in its emulated guest
 source "$(dirname "$0")/lib.sh"
 require_root
 begin=$SECONDS
-for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy containerd ctr containerd-shim-runc-v2 dra-swap-images e2e-clusterctl; do
+has_control_plane() { [ "$CLUSTER_ROLE" != node ]; }
+has_node() { [ "$CLUSTER_ROLE" != control-plane ]; }
+need=(dra-swap-images)
+has_control_plane && need+=(kube-apiserver kube-controller-manager kube-scheduler)
+has_node && need+=(kubelet kube-proxy containerd ctr containerd-shim-runc-v2 e2e-clusterctl)
+for b in "${need[@]}"; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run hack/cluster/build.sh"
 done
-for layout in $IMAGE_LAYOUTS; do
-	[ -f "$layout/index.json" ] || die "$layout holds no OCI image layout: run hack/cluster/build.sh"
-done
+if has_control_plane; then
+	for layout in $IMAGE_LAYOUTS; do
+		[ -f "$layout/index.json" ] || die "$layout holds no OCI image layout: run hack/cluster/build.sh"
+	done
+fi
+if [ "$CLUSTER_ROLE" = node ]; then
+	[ -f "${PKI_FROM:-}/ca.crt" ] || die "CLUSTER_ROLE=node needs PKI_FROM, the control plane's certificates (ca.crt, admin, kubelet, kube-proxy)"
+fi
 teardown
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$RUN" "$CLUSTER_DIR"/{kubeconfig,cdi,cni/net.d,cni/ipam,swap,bin,pod-logs,registry,kubelet/plugins_registry}
 export PATH="$BIN:$PATH"
 
-# --- the node's network
-for port in $ETCD_PORT $ETCD_PEER_PORT $REGISTRY_PORT $PROXY_HEALTHZ_PORT $PROXY_METRICS_PORT; do
+# --- the network: ports, and the node's address
+if has_control_plane; then
+	for port in $ETCD_PORT $ETCD_PEER_PORT; do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then die "port $port on 127.0.0.1 is in use"; fi
+	done
+	if (exec 3<>"/dev/tcp/$REGISTRY_HOST/$REGISTRY_PORT") 2>/dev/null; then die "port $REGISTRY_PORT on $REGISTRY_HOST is in use"; fi
+fi
+if has_node; then
+	for port in $PROXY_HEALTHZ_PORT $PROXY_METRICS_PORT; do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then die "port $port on 127.0.0.1 is in use"; fi
-done
-add_node_ip
-add_service_route
-if (exec 3<>"/dev/tcp/$NODE_IP/$API_PORT") 2>/dev/null; then die "port $API_PORT on $NODE_IP is in use"; fi
-set_sysctls
+	done
+	add_node_ip
+	add_service_route
+	set_sysctls
+else
+	[ -n "$(ip -4 -o addr show to "$API_HOST/32")" ] || die "no interface has the API server's address $API_HOST"
+fi
+if has_control_plane && (exec 3<>"/dev/tcp/$API_HOST/$API_PORT") 2>/dev/null; then die "port $API_PORT on $API_HOST is in use"; fi
 
-# --- certificates
-log "certificates"
-cd "$PKI"
-openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 30 -subj "/CN=dra-swap-e2e-ca" 2>/dev/null
-cert() { # name subject [serverSANs]
-	local name=$1 subj=$2 san=${3:-}
-	openssl req -new -newkey rsa:2048 -nodes -keyout "$name.key" -out "$name.csr" -subj "$subj" 2>/dev/null
-	{
-		echo "basicConstraints=CA:FALSE"
-		echo "keyUsage=digitalSignature,keyEncipherment"
-		if [ -n "$san" ]; then echo "extendedKeyUsage=serverAuth,clientAuth"; echo "subjectAltName=$san"; else echo "extendedKeyUsage=clientAuth"; fi
-	} > "$name.ext"
-	openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$name.crt" -days 30 -extfile "$name.ext" 2>/dev/null
-}
-cert apiserver "/CN=kube-apiserver" "IP:$NODE_IP,IP:127.0.0.1,IP:$KUBERNETES_SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
-cert admin "/O=system:masters/CN=admin"
-cert kube-controller-manager "/CN=system:kube-controller-manager"
-cert kube-scheduler "/CN=system:kube-scheduler"
-cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
-cert kube-proxy "/CN=system:kube-proxy"
-cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
-openssl genrsa -out sa.key 2048 2>/dev/null
-openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-cd - >/dev/null
-for user in admin kube-controller-manager kube-scheduler kubelet kube-proxy; do
+# --- certificates: made by the control plane; a node copies what it needs
+if has_control_plane; then
+	log "certificates"
+	cd "$PKI"
+	openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 30 -subj "/CN=dra-swap-e2e-ca" 2>/dev/null
+	cert() { # name subject [serverSANs]
+		local name=$1 subj=$2 san=${3:-}
+		openssl req -new -newkey rsa:2048 -nodes -keyout "$name.key" -out "$name.csr" -subj "$subj" 2>/dev/null
+		{
+			echo "basicConstraints=CA:FALSE"
+			echo "keyUsage=digitalSignature,keyEncipherment"
+			if [ -n "$san" ]; then echo "extendedKeyUsage=serverAuth,clientAuth"; echo "subjectAltName=$san"; else echo "extendedKeyUsage=clientAuth"; fi
+		} > "$name.ext"
+		openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$name.crt" -days 30 -extfile "$name.ext" 2>/dev/null
+	}
+	cert apiserver "/CN=kube-apiserver" "IP:$API_HOST,IP:127.0.0.1,IP:$KUBERNETES_SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+	cert admin "/O=system:masters/CN=admin"
+	cert kube-controller-manager "/CN=system:kube-controller-manager"
+	cert kube-scheduler "/CN=system:kube-scheduler"
+	cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
+	cert kube-proxy "/CN=system:kube-proxy"
+	cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+	openssl genrsa -out sa.key 2048 2>/dev/null
+	openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+	cd - >/dev/null
+else
+	log "certificates from $PKI_FROM"
+	for f in ca.crt admin.crt admin.key kubelet.crt kubelet.key kube-proxy.crt kube-proxy.key; do
+		cp "$PKI_FROM/$f" "$PKI/$f" || die "$PKI_FROM/$f: the control plane's certificates are incomplete"
+	done
+fi
+users="admin"
+has_control_plane && users="$users kube-controller-manager kube-scheduler"
+has_node && users="$users kubelet kube-proxy"
+for user in $users; do
 	cat > "$CLUSTER_DIR/kubeconfig/$user.kubeconfig" <<KC
 apiVersion: v1
 kind: Config
 clusters:
 - name: local
-  cluster: {server: "https://$NODE_IP:$API_PORT", certificate-authority: "$PKI/ca.crt"}
+  cluster: {server: "https://$API_HOST:$API_PORT", certificate-authority: "$PKI/ca.crt"}
 users:
 - name: $user
   user: {client-certificate: "$PKI/$user.crt", client-key: "$PKI/$user.key"}
@@ -84,44 +117,63 @@ DRIVER_UPGRADE_VERSION=$DRIVER_UPGRADE_VERSION
 NRI_SOCKET=$NRI_SOCKET
 NRI_DISABLE=${NRI_DISABLE:-0}
 CGROUP_DRIVER=$CGROUP_DRIVER
+CLUSTER_ROLE=$CLUSTER_ROLE
+API_HOST=$API_HOST
+CONTROL_PLANE_LOGS=${CONTROL_PLANE_LOGS:-$LOGS}
 ENV
 
 # --- control plane
-log "etcd"
-start etcd etcd --name=e2e --data-dir="$CLUSTER_DIR/etcd" \
-	--listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
-	--listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
-	--initial-cluster="e2e=http://127.0.0.1:$ETCD_PEER_PORT" --log-level=warn
-log "kube-apiserver"
-start kube-apiserver "$BIN/kube-apiserver" --bind-address="$NODE_IP" --advertise-address="$NODE_IP" --secure-port="$API_PORT" \
-	--etcd-servers="http://127.0.0.1:$ETCD_PORT" --service-cluster-ip-range="$SERVICE_CIDR" \
-	--client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-	--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
-	--kubelet-preferred-address-types=InternalIP \
-	--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$PKI/sa.pub" \
-	--service-account-signing-key-file="$PKI/sa.key" --authorization-mode=Node,RBAC --allow-privileged=true
-wait_for "kube-apiserver ready" 90 api /readyz
-log "kube-controller-manager, kube-scheduler"
-start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$CLUSTER_DIR/kubeconfig/kube-controller-manager.kubeconfig" \
-	--authentication-kubeconfig="$CLUSTER_DIR/kubeconfig/kube-controller-manager.kubeconfig" \
-	--authorization-kubeconfig="$CLUSTER_DIR/kubeconfig/kube-controller-manager.kubeconfig" \
-	--bind-address=127.0.0.1 --secure-port=0 --leader-elect=false --use-service-account-credentials=true \
-	--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --controllers='*'
-start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$CLUSTER_DIR/kubeconfig/kube-scheduler.kubeconfig" \
-	--authentication-kubeconfig="$CLUSTER_DIR/kubeconfig/kube-scheduler.kubeconfig" \
-	--authorization-kubeconfig="$CLUSTER_DIR/kubeconfig/kube-scheduler.kubeconfig" \
-	--bind-address=127.0.0.1 --secure-port=0 --leader-elect=false
+if has_control_plane; then
+	log "etcd"
+	start etcd etcd --name=e2e --data-dir="$CLUSTER_DIR/etcd" \
+		--listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+		--listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+		--initial-cluster="e2e=http://127.0.0.1:$ETCD_PEER_PORT" --log-level=warn
+	log "kube-apiserver"
+	# With the node elsewhere, webhook calls go to the endpoints' pod IPs
+	# (routed to the node), not to Service IPs, which only the node's
+	# kube-proxy translates.
+	aggregator_routing=false
+	[ "$CLUSTER_ROLE" = control-plane ] && aggregator_routing=true
+	start kube-apiserver "$BIN/kube-apiserver" --bind-address="$API_HOST" --advertise-address="$API_HOST" --secure-port="$API_PORT" \
+		--enable-aggregator-routing="$aggregator_routing" \
+		--etcd-servers="http://127.0.0.1:$ETCD_PORT" --service-cluster-ip-range="$SERVICE_CIDR" \
+		--client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+		--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+		--kubelet-preferred-address-types=InternalIP \
+		--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$PKI/sa.pub" \
+		--service-account-signing-key-file="$PKI/sa.key" --authorization-mode=Node,RBAC --allow-privileged=true
+	wait_for "kube-apiserver ready" 90 api /readyz
+	log "kube-controller-manager, kube-scheduler"
+	start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$CLUSTER_DIR/kubeconfig/kube-controller-manager.kubeconfig" \
+		--authentication-kubeconfig="$CLUSTER_DIR/kubeconfig/kube-controller-manager.kubeconfig" \
+		--authorization-kubeconfig="$CLUSTER_DIR/kubeconfig/kube-controller-manager.kubeconfig" \
+		--bind-address=127.0.0.1 --secure-port=0 --leader-elect=false --use-service-account-credentials=true \
+		--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --controllers='*'
+	start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$CLUSTER_DIR/kubeconfig/kube-scheduler.kubeconfig" \
+		--authentication-kubeconfig="$CLUSTER_DIR/kubeconfig/kube-scheduler.kubeconfig" \
+		--authorization-kubeconfig="$CLUSTER_DIR/kubeconfig/kube-scheduler.kubeconfig" \
+		--bind-address=127.0.0.1 --secure-port=0 --leader-elect=false
 
-# --- image registry: the images build.sh made (an OCI layout), served on
-# loopback for containerd to pull over plain http
-log "registry on $REGISTRY"
-start registry "$BIN/dra-swap-images" registry -addr "$REGISTRY" -dir "$CLUSTER_DIR/registry"
-wait_for "registry" 30 curl -sf "http://$REGISTRY/v2/"
-for layout in $IMAGE_LAYOUTS; do
-	"$BIN/dra-swap-images" push -from "$layout" -registry "$REGISTRY" >> "$LOGS/push.log" 2>&1 ||
-		{ cat "$LOGS/push.log" >&2; die "pushing $layout to $REGISTRY failed"; }
-done
-log "images in $REGISTRY: $(curl -sf "http://$REGISTRY/v2/_catalog" | tr -d '\n')"
+	# --- image registry: the images build.sh made (an OCI layout), served on
+	# loopback for containerd to pull over plain http
+	log "registry on $REGISTRY"
+	# Off loopback only on the host's end of the v2 leg's tap link, which
+	# reaches nothing but the guest.
+	remote=()
+	[ "$REGISTRY_HOST" = 127.0.0.1 ] || remote=(-allow-remote)
+	start registry "$BIN/dra-swap-images" registry -addr "$REGISTRY" -dir "$CLUSTER_DIR/registry" "${remote[@]}"
+	wait_for "registry" 30 curl -sf "http://$REGISTRY/v2/"
+	for layout in $IMAGE_LAYOUTS; do
+		"$BIN/dra-swap-images" push -from "$layout" -registry "$REGISTRY" >> "$LOGS/push.log" 2>&1 ||
+			{ cat "$LOGS/push.log" >&2; die "pushing $layout to $REGISTRY failed"; }
+	done
+	log "images in $REGISTRY: $(curl -sf "http://$REGISTRY/v2/_catalog" | tr -d '\n')"
+fi
+if ! has_node; then
+	log "control plane up in $((SECONDS - begin))s on $API_HOST:$API_PORT (registry $REGISTRY) for the node $NODE_NAME at $NODE_IP"
+	exit 0
+fi
 
 # --- node: pod network, containerd, swap, kubelet, kube-proxy
 # One bridge for the node's pods; containerd adds the loopback network itself.

@@ -17,6 +17,9 @@
 #   GUEST_IMAGE   a build directory to boot instead of ${GUEST_DIR}/current
 #   GUEST_CPUS    virtual CPUs (default 2)      GUEST_MEM  MiB of memory (default 4096)
 #   GUEST_APPEND  extra kernel command line
+#   GUEST_TAP     a tap device on the host to give the guest as eth0
+#                 (virtio-net); without one the guest has no network beyond
+#                 itself
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -63,13 +66,19 @@ qemu=(
 	-drive "file=$image/rootfs.img,if=virtio,format=raw,snapshot=on"
 	-virtfs "local,path=$share,mount_tag=share,security_model=none,id=share,multidevs=remap"
 	-device virtio-rng-pci
-	-nic none
 	-display none
 	-vga none
 	-monitor none
 	-serial "file:$share/console.log"
 	-no-reboot
 )
+
+if [ -n "${GUEST_TAP:-}" ]; then
+	ip link show "$GUEST_TAP" >/dev/null 2>&1 || die "GUEST_TAP $GUEST_TAP is not a network device"
+	qemu+=(-netdev "tap,id=net0,ifname=$GUEST_TAP,script=no,downscript=no" -device virtio-net-pci,netdev=net0)
+else
+	qemu+=(-nic none)
+fi
 
 log "booting $(basename "$image") (kernel $(cat "$image/kernel-release" 2>/dev/null || echo '?'), ${cpus} CPUs, ${mem} MiB, TCG) with $share, timeout ${timeout} s"
 start=$SECONDS

@@ -109,8 +109,19 @@ func (c *env) diagnose(t *testing.T, ns string) {
 		fmt.Fprintf(&b, "claim %s: %s\n", cl.Name, status)
 	}
 	b.WriteString(c.driverDiagnostics())
-	for _, component := range []string{"kubelet", "kube-scheduler", "containerd"} {
-		fmt.Fprintf(&b, "--- last lines of %s.log\n%s\n", component, tail(filepath.Join(c.dir, "logs", component+".log"), 40))
+	logs := filepath.Join(c.dir, "logs")
+	// The scheduler runs with the control plane, which may be elsewhere
+	// (the v2 leg's is on the host; the guest reads its logs over 9p).
+	controlPlaneLogs := c.Env["CONTROL_PLANE_LOGS"]
+	if controlPlaneLogs == "" {
+		controlPlaneLogs = logs
+	}
+	for _, f := range []string{
+		filepath.Join(logs, "kubelet.log"),
+		filepath.Join(controlPlaneLogs, "kube-scheduler.log"),
+		filepath.Join(logs, "containerd.log"),
+	} {
+		fmt.Fprintf(&b, "--- last lines of %s\n%s\n", filepath.Base(f), tail(f, 40))
 	}
 	t.Log("diagnostics:\n" + b.String())
 }
