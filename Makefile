@@ -21,7 +21,7 @@ GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean
+.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean print-go-packages
 
 all: build
 
@@ -51,12 +51,14 @@ push: image-tool
 ## integration tests, and end-to-end tests on a real cluster, on this host's
 ## cgroups (v1 here) and on cgroup v2 in an emulated guest (E2E=skip skips
 ## both): `make verify unit integration e2e e2e-v2`, with the builds of both
-## legs done once, and the guest image built while the cluster's compile
-## (hack/test-clusters.sh).
+## legs done once, the guest image built while the cluster's compile, and
+## vet and the unit tests' compile in the CPU time the legs leave idle
+## (hack/test.sh).
 test:
-	@mkdir -p _output; hack/prefetch-modules.sh > _output/prefetch.log 2>&1 &
-	$(MAKE) --no-print-directory verify unit
-	hack/test-clusters.sh
+	hack/test.sh
+
+print-go-packages:
+	@echo $(GO_PACKAGES)
 
 verify:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -74,25 +74,34 @@ ldflags+=" -X k8s.io/component-base/version.gitMajor=${git_major}"
 ldflags+=" -X k8s.io/component-base/version.gitMinor=${git_minor}"
 ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
 
+todo=()
 for cmd in "$@"; do
 	out="${OUT_DIR}/${cmd}"
 	if [[ "${FORCE}" != 1 && -x "${out}" && "${out}" -nt "${tools_dir}/go.sum" && "${out}" -nt "${tools_dir}/go.mod" ]]; then
 		echo "build-k8s: ${out} is up to date (${KUBE_VERSION}); FORCE=1 rebuilds it"
 		continue
 	fi
-	echo "build-k8s: building ${cmd} ${KUBE_VERSION} -> ${out} (this takes minutes the first time)"
-	start=${SECONDS}
-	# Build to a temporary name so an interrupted build never leaves a
-	# half-written binary that looks up to date.
-	# Static and -trimpath, as Kubernetes releases its server binaries and as
-	# this repository builds its own: the tools module pins the versions
-	# client-go and component-base share with the main module, so a cold
-	# make test compiles those packages once for both.
-	(cd "${tools_dir}" && CGO_ENABLED=0 "${GO}" build -trimpath -o "${out}.tmp" -ldflags "${ldflags}" "k8s.io/kubernetes/cmd/${cmd}") ||
-		{
-			rm -f "${out}.tmp"
-			die "go build of ${cmd} failed"
-		}
-	mv -f "${out}.tmp" "${out}"
-	echo "build-k8s: built ${out} in $((SECONDS - start))s"
+	todo+=("${cmd}")
 done
+[[ ${#todo[@]} -gt 0 ]] || exit 0
+
+echo "build-k8s: building ${todo[*]} ${KUBE_VERSION} -> ${OUT_DIR} (this takes minutes the first time)"
+start=${SECONDS}
+# One go build for all of them: it compiles their shared packages once and
+# links one while it compiles the next. Into a temporary directory, so an
+# interrupted build never leaves a half-written binary that looks up to date.
+# Static and -trimpath, as Kubernetes releases its server binaries and as
+# this repository builds its own: the tools module pins the versions
+# client-go and component-base share with the main module, so a cold make
+# test compiles those packages once for both.
+tmp="$(mktemp -d "${OUT_DIR}/.build-k8s.XXXXXX")"
+trap 'rm -rf "${tmp}"' EXIT
+pkgs=()
+for cmd in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/${cmd}"); done
+(cd "${tools_dir}" && CGO_ENABLED=0 "${GO}" build -trimpath -o "${tmp}/" -ldflags "${ldflags}" "${pkgs[@]}") ||
+	die "go build of ${todo[*]} failed"
+for cmd in "${todo[@]}"; do
+	[[ -x "${tmp}/${cmd}" ]] || die "go build wrote no ${cmd}"
+	mv -f "${tmp}/${cmd}" "${OUT_DIR}/${cmd}"
+done
+echo "build-k8s: built ${todo[*]} in $((SECONDS - start))s"
