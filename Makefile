@@ -21,7 +21,7 @@ GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean print-go-packages
+.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean
 
 all: build
 
@@ -57,15 +57,12 @@ push: image-tool
 test:
 	hack/test.sh
 
-print-go-packages:
-	@echo $(GO_PACKAGES)
-
 verify:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(NOCGO) $(GO) vet ./...
 
 unit:
-	CGO_ENABLED=1 $(GO) test -count=1 -race $(GO_PACKAGES)
+	CGO_ENABLED=1 $(GO) test -count=1 -race $(UNIT_FLAGS) $(GO_PACKAGES)
 
 deps:
 	hack/install-deps.sh etcd-server

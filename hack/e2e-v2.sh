@@ -52,8 +52,9 @@ printf '%s' "${E2E_RUN:-}" > "$share/run-filter"
 # webhooks' endpoints) are routed to the guest. Its logs are on the share,
 # where the suite's diagnostics read the scheduler's.
 tap=dra-swap-tap0 host_ip=10.200.0.1 guest_ip=10.200.0.2 guest_pods=10.89.0.0/16
+# Its own etcd ports: make test runs the host leg's cluster at the same time.
 cp_env=(CLUSTER_DIR=/var/lib/dra-swap-e2e-v2 CLUSTER_ROLE=control-plane CLUSTER_LOGS="$share/control-plane-logs"
-	NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip)
+	NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip ETCD_PORT=23791 ETCD_PEER_PORT=23801)
 control_plane_down() {
 	env "${cp_env[@]}" hack/cluster/down.sh >/dev/null 2>&1 || true
 	ip link del "$tap" 2>/dev/null || true
