@@ -349,7 +349,9 @@ teardown() {
 	done
 	sleep 0.2
 	# Mounts under the state directory (pod volumes, rootfs, shm), deepest first.
-	findmnt -rn -o TARGET | grep "^$CLUSTER_DIR" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+	# (grep finds nothing when a run was stopped before containerd mounted
+	# anything: not an error.)
+	{ findmnt -rn -o TARGET | grep "^$CLUSTER_DIR" || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	teardown_network
 	# The kubelet's pod cgroups (cgroupfs driver: kubepods under the root of
 	# each hierarchy; systemd driver: kubepods.slice), now empty.
