@@ -21,7 +21,7 @@ GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean
+.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean print-go-packages
 
 all: build
 
@@ -56,6 +56,9 @@ push: image-tool
 ## (hack/test.sh).
 test:
 	hack/test.sh
+
+print-go-packages:
+	@echo $(GO_PACKAGES)
 
 verify:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
