@@ -21,7 +21,7 @@ GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean print-go-packages
+.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean unit-compile fmt-check
 
 all: build
 
@@ -57,15 +57,21 @@ push: image-tool
 test:
 	hack/test.sh
 
-print-go-packages:
-	@echo $(GO_PACKAGES)
-
-verify:
+fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+verify: fmt-check
 	$(NOCGO) $(GO) vet ./...
 
+UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:
-	CGO_ENABLED=1 $(GO) test -count=1 -race $(UNIT_FLAGS) $(GO_PACKAGES)
+	$(UNIT) -count=1 $(GO_PACKAGES)
+
+## unit-compile: the unit tests compiled and linked into UNIT_BIN, not run
+## (make test compiles them at idle priority while the e2e legs run).
+unit-compile:
+	@if [ -z "$(UNIT_BIN)" ]; then echo "make unit-compile needs UNIT_BIN=DIR" >&2; exit 1; fi
+	$(UNIT) -c -o $(UNIT_BIN)/ $(GO_PACKAGES)
 
 deps:
 	hack/install-deps.sh etcd-server

@@ -51,10 +51,11 @@ printf '%s' "${E2E_RUN:-}" > "$share/run-filter"
 # The control plane on this host, on its end of the tap link; pod IPs (the
 # webhooks' endpoints) are routed to the guest. Its logs are on the share,
 # where the suite's diagnostics read the scheduler's.
+# guest_ip is the address hack/guest/init gives the guest's eth0.
 tap=dra-swap-tap0 host_ip=10.200.0.1 guest_ip=10.200.0.2 guest_pods=10.89.0.0/16
-# Its own etcd ports: make test runs the host leg's cluster at the same time.
+# Its own etcd ports, so that it never collides with the host leg's cluster.
 cp_env=(CLUSTER_DIR=/var/lib/dra-swap-e2e-v2 CLUSTER_ROLE=control-plane CLUSTER_LOGS="$share/control-plane-logs"
-	NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip ETCD_PORT=23791 ETCD_PEER_PORT=23801)
+	NODE_PKI="$share/pki" NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip ETCD_PORT=23791 ETCD_PEER_PORT=23801)
 control_plane_down() {
 	env "${cp_env[@]}" hack/cluster/down.sh >/dev/null 2>&1 || true
 	ip link del "$tap" 2>/dev/null || true
@@ -66,20 +67,21 @@ ip addr add "$host_ip/24" dev "$tap"
 ip link set "$tap" up
 ip route add "$guest_pods" via "$guest_ip" dev "$tap"
 env "${cp_env[@]}" hack/cluster/up.sh
-mkdir -p "$share/pki"
-for f in ca.crt admin.crt admin.key kubelet.crt kubelet.key kube-proxy.crt kube-proxy.key; do
-	cp /var/lib/dra-swap-e2e-v2/pki/$f "$share/pki/"
-done
+# The node half of the cluster, in the guest, against it.
+cat > "$share/node.env" <<ENV
+export CLUSTER_ROLE=node NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip NODE_PKI=/share/pki \\
+	POD_CIDR=$guest_pods CONTROL_PLANE_LOGS=/share/control-plane-logs
+ENV
 cat > "$share/run.sh" <<'RUN'
 #!/bin/bash
 # Inside the guest: bring the node up from the shared scripts and run the suite.
 set -euo pipefail
 # systemd is the guest's PID 1: the kubelet and containerd use the systemd cgroup
 # driver and run as systemd units (the v1 leg on the host keeps cgroupfs).
-export NODE_IP=10.200.0.2 TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_EMULATED=1 CGROUP_DRIVER=systemd
-# The node half of the cluster; the control plane and the registry are on the host.
-export CLUSTER_ROLE=node API_HOST=10.200.0.1 REGISTRY_HOST=10.200.0.1 PKI_FROM=/share/pki \
-	POD_CIDR=10.89.0.0/16 CONTROL_PLANE_LOGS=/share/control-plane-logs
+export TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_EMULATED=1 CGROUP_DRIVER=systemd
+# The node half of the cluster; the control plane and the registry are on
+# the host (e2e-v2.sh wrote their addresses).
+source /share/node.env
 echo "guest: $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), in $(cat /proc/self/cgroup)"
 cd /share/repo
 hack/cluster/up.sh

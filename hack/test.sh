@@ -29,17 +29,9 @@ cd "$(dirname "$0")/.."
 mkdir -p _output
 start=$SECONDS
 phase() { echo "test: $* (at $((SECONDS - start)) s)"; }
-GO=${GO:-go}
-# The unit tests' packages (the Makefile's GO_PACKAGES).
-read -r -a unit_packages <<<"$(make --no-print-directory -s print-go-packages)"
 
 phase "gofmt"
-out=$(gofmt -l $(git ls-files '*.go'))
-if [ -n "$out" ]; then
-	echo "gofmt needed:"
-	echo "$out"
-	exit 1
-fi
+make --no-print-directory fmt-check
 
 if [ "${E2E:-}" = skip ]; then
 	rc=0
@@ -75,7 +67,7 @@ unit_bin=$(mktemp -d)
 	rc=0
 	make --no-print-directory verify > _output/verify.log 2>&1 || rc=1
 	echo "verify: exit $rc after $((SECONDS - start)) s" >> _output/verify.log
-	CGO_ENABLED=1 "$GO" test -race -c -o "$unit_bin/" "${unit_packages[@]}" > _output/unit-build.log 2>&1 ||
+	make --no-print-directory unit-compile UNIT_BIN="$unit_bin" > _output/unit-build.log 2>&1 ||
 		echo "compiling the unit tests failed (make unit says why)" >> _output/unit-build.log
 	echo "unit tests compiled after $((SECONDS - start)) s" >> _output/unit-build.log
 	exit "$rc"

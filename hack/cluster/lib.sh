@@ -31,8 +31,7 @@ NODE_IP_LABEL=lo:draswap
 # manager, the scheduler and the registry, for a node elsewhere: the v2 leg
 # runs them on the host, beside its emulated guest) or node (containerd,
 # the kubelet, kube-proxy, swap and the driver, against a control plane at
-# API_HOST, with its certificates from PKI_FROM). A running cluster's env
-# file says which.
+# API_HOST). A running cluster's env file says which.
 if [ -z "${CLUSTER_ROLE:-}" ] && [ -f "$CLUSTER_DIR/env" ]; then
 	CLUSTER_ROLE=$(sed -n 's/^CLUSTER_ROLE=//p' "$CLUSTER_DIR/env")
 fi
@@ -59,6 +58,11 @@ REGISTRY_PORT="${REGISTRY_PORT:-25000}"
 REGISTRY_HOST="${REGISTRY_HOST:-127.0.0.1}"
 REGISTRY="$REGISTRY_HOST:$REGISTRY_PORT"
 PKI="$CLUSTER_DIR/pki"
+# With the control plane and the node apart, NODE_PKI is the directory
+# between them: the control plane writes the certificates a node needs there
+# (NODE_PKI_FILES), the node copies them from there.
+NODE_PKI="${NODE_PKI:-}"
+NODE_PKI_FILES="ca.crt admin.crt admin.key kubelet.crt kubelet.key kube-proxy.crt kube-proxy.key"
 # Component logs (CLUSTER_LOGS: elsewhere, e.g. where a guest can read them).
 LOGS="${CLUSTER_LOGS:-$CLUSTER_DIR/logs}"
 PIDS="$CLUSTER_DIR/pids"

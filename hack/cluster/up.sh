@@ -26,8 +26,8 @@ if has_control_plane; then
 		[ -f "$layout/index.json" ] || die "$layout holds no OCI image layout: run hack/cluster/build.sh"
 	done
 fi
-if [ "$CLUSTER_ROLE" = node ]; then
-	[ -f "${PKI_FROM:-}/ca.crt" ] || die "CLUSTER_ROLE=node needs PKI_FROM, the control plane's certificates (ca.crt, admin, kubelet, kube-proxy)"
+if ! has_control_plane; then
+	[ -f "$NODE_PKI/ca.crt" ] || die "CLUSTER_ROLE=node needs NODE_PKI, the control plane's certificates ($NODE_PKI_FILES)"
 fi
 teardown
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$RUN" "$CLUSTER_DIR"/{kubeconfig,cdi,cni/net.d,cni/ipam,swap,bin,pod-logs,registry,kubelet/plugins_registry}
@@ -77,10 +77,15 @@ if has_control_plane; then
 	openssl genrsa -out sa.key 2048 2>/dev/null
 	openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 	cd - >/dev/null
+	if ! has_node; then
+		[ -n "$NODE_PKI" ] || die "CLUSTER_ROLE=control-plane needs NODE_PKI, where to put the node's certificates"
+		mkdir -p "$NODE_PKI"
+		for f in $NODE_PKI_FILES; do cp "$PKI/$f" "$NODE_PKI/"; done
+	fi
 else
-	log "certificates from $PKI_FROM"
-	for f in ca.crt admin.crt admin.key kubelet.crt kubelet.key kube-proxy.crt kube-proxy.key; do
-		cp "$PKI_FROM/$f" "$PKI/$f" || die "$PKI_FROM/$f: the control plane's certificates are incomplete"
+	log "certificates from $NODE_PKI"
+	for f in $NODE_PKI_FILES; do
+		cp "$NODE_PKI/$f" "$PKI/$f" || die "$NODE_PKI/$f: the control plane's certificates are incomplete"
 	done
 fi
 users="admin"
