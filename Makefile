@@ -60,8 +60,11 @@ test:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+## verify: gofmt, go vet, and the driver's and tools modules requiring the
+## same versions of what both compile (hack/check-modules.sh).
 verify: fmt-check
 	$(NOCGO) $(GO) vet ./...
+	hack/check-modules.sh
 
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:
@@ -76,11 +79,13 @@ unit-compile:
 deps:
 	hack/install-deps.sh etcd-server
 
+## k8s-binaries, helm: kube-apiserver, and the helm v4 CLI, from the tools
+## module (test/tools; hack/build-tools.sh).
 k8s-binaries:
-	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-k8s.sh kube-apiserver
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver
 
 helm:
-	OUT_DIR=$(OUT_DIR) hack/build-helm.sh
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh helm
 
 CHART := deployments/helm/dra-driver-swap
 
@@ -94,7 +99,8 @@ manifests: helm
 
 ## integration: the kubelet plugin, the controller and the chart against a
 ## real kube-apiserver and etcd.
-integration: deps k8s-binaries helm
+integration: deps
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver helm
 	HELM=$(OUT_DIR)/helm KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(NOCGO) $(GO) test -count=1 -v ./test/integration/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 ## e2e: a real single-node cluster (kubelet, containerd, runc, swap file) and the e2e suite.

@@ -18,15 +18,14 @@ if [ ! -x "$BIN/containerd" ] || [ "$ctd_src/go.sum" -nt "$BIN/containerd" ]; th
 		> "$BIN/.containerd-build.log" 2>&1 &
 	ctd_pid=$!
 fi
-OUT_DIR="$BIN" hack/build-k8s.sh kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
+# Kubernetes and helm in one go build (one module, one set of versions).
+OUT_DIR="$BIN" hack/build-tools.sh kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy helm
 if [ -n "$ctd_pid" ]; then
 	wait "$ctd_pid" || { cat "$BIN/.containerd-build.log" >&2; die "building containerd failed"; }
 	log "containerd built"
 fi
 make --no-print-directory build OUT_DIR="$BIN"
 CGO_ENABLED=0 go build -trimpath -o "$BIN/e2e-clusterctl" ./test/e2e/clusterctl
-# helm, from its own tools module: hack/cluster/driver.sh installs the chart with it.
-OUT_DIR="$BIN" hack/build-helm.sh
 make --no-print-directory image-tool OUT_DIR="$BIN"
 # The driver's image and the tests' images, as one OCI layout that up.sh
 # pushes into the cluster's registry; and the driver's image of the same

@@ -240,11 +240,13 @@ func TestWithoutNRI(t *testing.T) {
 }
 
 // TestChurn: hundreds of claim pods created and deleted, several at a
-// time. Every one had its exact limit (the workload reads its own cgroup),
-// afterwards no CDI spec, checkpoint entry or hook record is left, and the
-// plugin's RSS is printed at the start, after a warm-up tenth of the pods
-// and at the end; from warm-up to the end it must not grow by more than a
-// small allocator slack.
+// time: a new pod is created as soon as one of the pods in flight has
+// finished and been deleted, so the node always has that many pods to
+// prepare, start or tear down. Every one had its exact limit (the workload
+// reads its own cgroup), afterwards no CDI spec, checkpoint entry or hook
+// record is left, and the plugin's RSS is printed at the start, after a
+// warm-up tenth of the pods and at the end; from warm-up to the end it must
+// not grow by more than a small allocator slack.
 func TestChurn(t *testing.T) {
 	c := loadCluster(t)
 	defer c.logLimitCounters(t)
@@ -266,39 +268,50 @@ func TestChurn(t *testing.T) {
 	// The first tenth of the pods warms the plugin up (informer caches,
 	// gRPC buffers, the Go heap's first growth); a leak shows as growth
 	// from there to the end.
-	warmWaves := max(1, total/parallel/10)
+	warmUp := max(parallel, total/10)
 	var rssBefore int64
+	type flight struct {
+		index   int
+		created time.Time
+	}
+	inFlight := map[string]flight{}
+	next, done := 0, 0
 	start := time.Now()
-	for wave := 0; wave*parallel < total; wave++ {
-		if wave == warmWaves {
-			rssBefore = rss(t, pid)
-		}
-		var names []string
-		for j := range parallel {
-			i := wave*parallel + j
-			if i >= total {
-				break
-			}
-			p := c.createPod(t, c.WorkloadPod(ns, fmt.Sprintf("churn-%d", i), map[string]string{"swap": fmt.Sprintf("swap-%d", 16+i%templates)},
+	for (next < total || len(inFlight) > 0) && !t.Failed() {
+		for len(inFlight) < parallel && next < total {
+			p := c.createPod(t, c.WorkloadPod(ns, fmt.Sprintf("churn-%d", next), map[string]string{"swap": fmt.Sprintf("swap-%d", 16+next%templates)},
 				ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
-			names = append(names, p.Name)
+			inFlight[p.Name] = flight{index: next, created: time.Now()}
+			next++
 		}
-		for k, name := range names {
-			i := wave*parallel + k
-			p := c.waitPod(t, ns, name, "completion", podTimeout, finished)
-			if p.Status.Phase != corev1.PodSucceeded {
-				t.Errorf("pod %s: %s, reason %s", name, p.Status.Phase, terminatedReason(p, "worker"))
+		time.Sleep(250 * time.Millisecond)
+		pods, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			f, ok := inFlight[p.Name]
+			if !ok || !finished(p) {
 				continue
 			}
-			assertSwapLimit(t, c.report(t, p, "worker", "START"), int64(16+i%templates)*mi)
-		}
-		for _, name := range names {
-			if err := c.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			if p.Status.Phase != corev1.PodSucceeded {
+				t.Errorf("pod %s: %s, reason %s", p.Name, p.Status.Phase, terminatedReason(p, "worker"))
+			} else {
+				assertSwapLimit(t, c.report(t, p, "worker", "START"), int64(16+f.index%templates)*mi)
+			}
+			if err := c.client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 				t.Fatal(err)
 			}
+			delete(inFlight, p.Name)
+			if done++; done == warmUp {
+				rssBefore = rss(t, pid)
+			}
 		}
-		if t.Failed() {
-			break
+		for name, f := range inFlight {
+			if time.Since(f.created) > podTimeout {
+				t.Fatalf("pod %s/%s: not finished %v after it was created", ns, name, podTimeout)
+			}
 		}
 	}
 	c.waitNoPods(t, ns)
@@ -314,7 +327,7 @@ func TestChurn(t *testing.T) {
 		t.Fatalf("the plugin restarted during the churn (pid %d, now %d)", pid, after)
 	}
 	rssAfter := rss(t, pid)
-	t.Logf("kubelet plugin RSS: %d KiB at the start, %d KiB after %d warm-up pods, %d KiB after all %d", rssStart, rssBefore, warmWaves*parallel, rssAfter, total)
+	t.Logf("kubelet plugin RSS: %d KiB at the start, %d KiB after %d warm-up pods, %d KiB after all %d", rssStart, rssBefore, warmUp, rssAfter, total)
 	if rssAfter > rssBefore+8*1024 {
 		t.Errorf("the plugin's RSS grew from %d KiB to %d KiB over the churn", rssBefore, rssAfter)
 	}

@@ -29,7 +29,7 @@ const (
 	staticManifest = "../../deployments/static/dra-driver-swap.yaml"
 )
 
-// helmBinary is $HELM (`make integration` builds it with hack/build-helm.sh).
+// helmBinary is $HELM (`make integration` builds it with hack/build-tools.sh).
 func helmBinary(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("HELM")

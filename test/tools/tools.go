@@ -1,9 +1,11 @@
 //go:build tools
 
-// Package tools pins the Kubernetes commands that tests build from source.
+// Package tools pins the Kubernetes commands and the helm CLI that tests
+// build from source.
 package tools
 
 import (
+	_ "helm.sh/helm/v4/cmd/helm"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"

@@ -6,7 +6,7 @@
 // own server can run with t.Parallel(). Binaries:
 //
 //   - KUBE_APISERVER: kube-apiserver (default <repo root>/_output/bin/kube-apiserver,
-//     built by `make k8s-binaries` or `hack/build-k8s.sh kube-apiserver`);
+//     built by `make k8s-binaries` or `hack/build-tools.sh kube-apiserver`);
 //   - ETCD: etcd (default `etcd` on PATH; `hack/install-deps.sh etcd-server`).
 //
 // A missing binary fails the test: integration tests are never skipped.
@@ -536,7 +536,7 @@ func (s *APIServer) dumpLogsIfFailed(t testing.TB) {
 // _output/bin/kube-apiserver, failing the test if it is missing.
 func kubeAPIServerBinary(t testing.TB) string {
 	t.Helper()
-	const howto = "build it with `make k8s-binaries` (part of `make integration`) or `hack/build-k8s.sh kube-apiserver`, or point KUBE_APISERVER at a kube-apiserver binary"
+	const howto = "build it with `make k8s-binaries` (part of `make integration`) or `hack/build-tools.sh kube-apiserver`, or point KUBE_APISERVER at a kube-apiserver binary"
 	path := os.Getenv("KUBE_APISERVER")
 	if path == "" {
 		root, err := repoRoot()

@@ -166,7 +166,7 @@ func TestStartAPIServerMissingBinary(t *testing.T) {
 	if err == nil {
 		t.Fatalf("child test passed with a missing binary:\n%s", out)
 	}
-	for _, want := range []string{"--- FAIL", "/nonexistent/kube-apiserver", "hack/build-k8s.sh"} {
+	for _, want := range []string{"--- FAIL", "/nonexistent/kube-apiserver", "hack/build-tools.sh"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("child output lacks %q:\n%s", want, out)
 		}

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Builds real Kubernetes commands from the tools module (test/tools) for the
-# integration and end-to-end tests.
+# Builds the commands of the tools module (test/tools) that the integration
+# and end-to-end tests run: real Kubernetes components and the helm v4 CLI,
+# from source, in one go build.
 #
-# Usage: hack/build-k8s.sh [COMMAND...]
+# Usage: hack/build-tools.sh [COMMAND...]
 #   COMMAND is one of kube-apiserver, kube-scheduler, kube-controller-manager,
-#   kubelet, kube-proxy (default: kube-apiserver).
+#   kubelet, kube-proxy, helm (default: kube-apiserver).
+#
+# helm is built in the same module as Kubernetes, and that module requires
+# the versions the driver's module does for every package both compile
+# (hack/check-modules.sh, part of make verify): a cold make test compiles
+# client-go, apimachinery, grpc and the rest once, not once per module.
 #
 # Environment:
 #   OUT_DIR       where binaries go (default: <repo>/_output/bin)
@@ -28,7 +34,7 @@ OUT_DIR="${OUT_DIR:-${repo_root}/_output/bin}"
 FORCE="${FORCE:-0}"
 
 die() {
-	echo "build-k8s: error: $*" >&2
+	echo "build-tools: error: $*" >&2
 	exit 1
 }
 
@@ -59,13 +65,17 @@ if [[ $# -eq 0 ]]; then
 fi
 for cmd in "$@"; do
 	case "${cmd}" in
-	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet | kube-proxy) ;;
-	*) die "unknown command '${cmd}' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet or kube-proxy)" ;;
+	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet | kube-proxy | helm) ;;
+	*) die "unknown command '${cmd}' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy or helm)" ;;
 	esac
 done
 
 mkdir -p "${OUT_DIR}"
 OUT_DIR="$(cd "${OUT_DIR}" && pwd)"
+
+# helm's version, as its release builds set it.
+helm_version="$(awk '$1 == "helm.sh/helm/v4" && $2 ~ /^v/ { print $2; exit }' "${tools_dir}/go.mod")"
+[[ -n "${helm_version}" ]] || die "test/tools/go.mod does not require helm.sh/helm/v4"
 
 # -s -w: no symbol table and no DWARF (as Kubernetes releases build them):
 # a faster link, and smaller binaries for the emulated node to load over 9p.
@@ -73,19 +83,20 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION}"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=${git_major}"
 ldflags+=" -X k8s.io/component-base/version.gitMinor=${git_minor}"
 ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+ldflags+=" -X helm.sh/helm/v4/internal/version.version=${helm_version}"
 
 todo=()
 for cmd in "$@"; do
 	out="${OUT_DIR}/${cmd}"
 	if [[ "${FORCE}" != 1 && -x "${out}" && "${out}" -nt "${tools_dir}/go.sum" && "${out}" -nt "${tools_dir}/go.mod" ]]; then
-		echo "build-k8s: ${out} is up to date (${KUBE_VERSION}); FORCE=1 rebuilds it"
+		echo "build-tools: ${out} is up to date; FORCE=1 rebuilds it"
 		continue
 	fi
 	todo+=("${cmd}")
 done
 [[ ${#todo[@]} -gt 0 ]] || exit 0
 
-echo "build-k8s: building ${todo[*]} ${KUBE_VERSION} -> ${OUT_DIR} (this takes minutes the first time)"
+echo "build-tools: building ${todo[*]} (Kubernetes ${KUBE_VERSION}, helm ${helm_version}) -> ${OUT_DIR} (this takes minutes the first time)"
 start=${SECONDS}
 # One go build for all of them: it compiles their shared packages once and
 # links one while it compiles the next. Into a temporary directory, so an
@@ -94,14 +105,19 @@ start=${SECONDS}
 # this repository builds its own: the tools module pins the versions
 # client-go and component-base share with the main module, so a cold make
 # test compiles those packages once for both.
-tmp="$(mktemp -d "${OUT_DIR}/.build-k8s.XXXXXX")"
+tmp="$(mktemp -d "${OUT_DIR}/.build-tools.XXXXXX")"
 trap 'rm -rf "${tmp}"' EXIT
 pkgs=()
-for cmd in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/${cmd}"); done
+for cmd in "${todo[@]}"; do
+	case "${cmd}" in
+	helm) pkgs+=(helm.sh/helm/v4/cmd/helm) ;;
+	*) pkgs+=("k8s.io/kubernetes/cmd/${cmd}") ;;
+	esac
+done
 (cd "${tools_dir}" && CGO_ENABLED=0 "${GO}" build -trimpath -o "${tmp}/" -ldflags "${ldflags}" "${pkgs[@]}") ||
 	die "go build of ${todo[*]} failed"
 for cmd in "${todo[@]}"; do
 	[[ -x "${tmp}/${cmd}" ]] || die "go build wrote no ${cmd}"
 	mv -f "${tmp}/${cmd}" "${OUT_DIR}/${cmd}"
 done
-echo "build-k8s: built ${todo[*]} in $((SECONDS - start))s"
+echo "build-tools: built ${todo[*]} in $((SECONDS - start))s"
