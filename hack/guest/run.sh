@@ -9,8 +9,12 @@
 #
 # Prints run.log (run.sh's output) on stdout and exits with run.sh's exit code.
 # Without a result (the guest did not boot, or run.sh did not finish in time)
-# it prints the last 60 lines of the guest console and exits 1.
-# Left in SHARE_DIR: booted, result, run.log, console.log (serial console), qemu.log.
+# it prints the last 60 lines of the guest console and exits 1; if the guest
+# stopped making progress (no heartbeat for GUEST_STALL_SECONDS: the
+# emulator no longer runs it, which is not a result of what it ran), it says
+# so, prints what QEMU's monitor says of the virtual CPUs and exits 3.
+# Left in SHARE_DIR: booted, heartbeat, result, run.log, console.log (serial
+# console), qemu.log.
 #
 # Environment:
 #   GUEST_DIR     where build.sh keeps images (default _output/guest; relative to the repo)
@@ -20,6 +24,9 @@
 #   GUEST_TAP     a tap device on the host to give the guest as eth0
 #                 (virtio-net); without one the guest has no network beyond
 #                 itself
+#   GUEST_STALL_SECONDS  how long the guest's heartbeat (rewritten every 5 s
+#                 by the guest while run.sh runs) may stand still before the
+#                 guest counts as stopped (default 240)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,7 +53,12 @@ image=$(cd "$image" && pwd -P)
 case $image in *,*) die "the image path must not contain a comma: $image" ;; esac
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is missing: run hack/guest/build.sh (it installs qemu-system-x86)"
 
-rm -f "$share"/{booted,result,result.tmp,run.log,console.log,qemu.log,guest-init-error}
+stall=${GUEST_STALL_SECONDS:-240}
+[[ "$stall" =~ ^[1-9][0-9]*$ ]] || die "GUEST_STALL_SECONDS must be a positive number of seconds, not '$stall'"
+rm -f "$share"/{booted,heartbeat,result,result.tmp,run.log,console.log,qemu.log,guest-init-error}
+# QEMU's monitor, on a socket outside the share, for the stall diagnostics.
+mon_dir=$(mktemp -d)
+monitor=$mon_dir/monitor.sock
 
 cpus=${GUEST_CPUS:-2}
 mem=${GUEST_MEM:-4096}
@@ -68,7 +80,7 @@ qemu=(
 	-device virtio-rng-pci
 	-display none
 	-vga none
-	-monitor none
+	-monitor "unix:$monitor,server=on,wait=off"
 	-serial "file:$share/console.log"
 	-no-reboot
 )
@@ -96,10 +108,47 @@ stop_qemu() {
 	kill -0 "$qpid" 2>/dev/null || return 0
 	kill -KILL "$qpid" 2>/dev/null || true
 }
-trap stop_qemu EXIT
+trap 'stop_qemu; rm -rf "$mon_dir"' EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
-booted_at='' result_at='' timed_out=0 hung=0
+# monitor_says CMD...: QEMU's answer to each monitor command, best effort
+# (python3 speaks to the monitor's unix socket; without it, nothing).
+monitor_says() {
+	command -v python3 >/dev/null 2>&1 || { echo "(python3 is missing: no monitor output)"; return 0; }
+	timeout 20 python3 - "$monitor" "$@" <<'PY' 2>&1 || true
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+def drain():
+    out, end = b"", time.time() + 3
+    while time.time() < end:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if out.endswith(b"(qemu) "):
+            break
+    return out.decode(errors="replace")
+drain()
+for cmd in sys.argv[2:]:
+    s.sendall(cmd.encode() + b"\n")
+    print(drain().replace("\r", "").removesuffix("(qemu) ").rstrip())
+PY
+}
+
+# heartbeat_age: seconds since the guest last showed progress (its
+# heartbeat, else the booted file), by this host's clock.
+heartbeat_age() {
+	local f=$share/heartbeat
+	[ -f "$f" ] || f=$share/booted
+	echo $(($(date +%s) - $(stat -c %Y "$f")))
+}
+
+booted_at='' result_at='' timed_out=0 hung=0 stalled=0
 note_progress() {
 	if [ -z "$booted_at" ] && [ -f "$share/booted" ]; then
 		booted_at=$((SECONDS - start))
@@ -116,6 +165,17 @@ while kill -0 "$qpid" 2>/dev/null; do
 	if [ "$now" -ge "$timeout" ]; then
 		timed_out=1
 		log "timeout: no result after ${timeout} s; killing qemu"
+		stop_qemu
+		break
+	fi
+	if [ -n "$booted_at" ] && [ -z "$result_at" ] && [ "$(heartbeat_age)" -ge "$stall" ]; then
+		stalled=1
+		log "the guest stopped: no heartbeat for $(heartbeat_age) s (GUEST_STALL_SECONDS=$stall); QEMU's monitor says:"
+		# Twice, seconds apart: virtual CPUs whose program counters move
+		# run something; halted ones wait for an interrupt.
+		monitor_says "info cpus" "info registers -a" >&2
+		sleep 3
+		monitor_says "info cpus" >&2
 		stop_qemu
 		break
 	fi
@@ -152,7 +212,9 @@ if [ -f "$share/result" ]; then
 fi
 
 if [ -n "$booted_at" ] || [ -f "$share/booted" ]; then
-	if [ "$timed_out" = 1 ]; then
+	if [ "$stalled" = 1 ]; then
+		why="the guest booted (after ${booted_at:-?} s) and stopped making progress after about $((total - stall)) s: no heartbeat for ${stall} s"
+	elif [ "$timed_out" = 1 ]; then
 		why="the guest booted (after ${booted_at:-?} s) but run.sh did not finish within the timeout of ${timeout} s"
 	else
 		why="the guest booted (after ${booted_at:-?} s) but stopped after ${total} s without writing a result (qemu exit code $qemu_rc)"
@@ -172,4 +234,5 @@ fi
 log "----- last 60 lines of console.log -----"
 tail -n 60 "$share/console.log" >&2 2>/dev/null || log "(no console.log)"
 log "FAILED: $why"
+[ "$stalled" = 1 ] && exit 3
 exit 1
