@@ -56,7 +56,7 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is missing: 
 stall=${GUEST_STALL_SECONDS:-240}
 [[ "$stall" =~ ^[1-9][0-9]*$ ]] || die "GUEST_STALL_SECONDS must be a positive number of seconds, not '$stall'"
 rm -f "$share"/{booted,heartbeat,result,result.tmp,run.log,console.log,qemu.log,guest-init-error}
-# QEMU's monitor, on a socket outside the share, for the stall diagnostics.
+# QEMU's monitor (QMP), on a socket outside the share, for the stall diagnostics.
 mon_dir=$(mktemp -d)
 monitor=$mon_dir/monitor.sock
 
@@ -80,7 +80,8 @@ qemu=(
 	-device virtio-rng-pci
 	-display none
 	-vga none
-	-monitor "unix:$monitor,server=on,wait=off"
+	-monitor none
+	-qmp "unix:$monitor,server=on,wait=off"
 	-serial "file:$share/console.log"
 	-no-reboot
 )
@@ -111,32 +112,32 @@ stop_qemu() {
 trap 'stop_qemu; rm -rf "$mon_dir"' EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
-# monitor_says CMD...: QEMU's answer to each monitor command, best effort
-# (python3 speaks to the monitor's unix socket; without it, nothing).
-monitor_says() {
+# vcpus: each virtual CPU's instruction pointer, privilege level and
+# whether it is halted, from QEMU's monitor (QMP on a unix socket; best
+# effort: python3 speaks it, and without python3 there is nothing).
+vcpus() {
 	command -v python3 >/dev/null 2>&1 || { echo "(python3 is missing: no monitor output)"; return 0; }
-	timeout 20 python3 - "$monitor" "$@" <<'PY' 2>&1 || true
-import socket, sys, time
+	timeout 20 python3 - "$monitor" <<'PY' 2>&1 || true
+import json, socket, sys
 s = socket.socket(socket.AF_UNIX)
-s.settimeout(5)
+s.settimeout(10)
 s.connect(sys.argv[1])
-def drain():
-    out, end = b"", time.time() + 3
-    while time.time() < end:
-        try:
-            chunk = s.recv(65536)
-        except socket.timeout:
-            break
-        if not chunk:
-            break
-        out += chunk
-        if out.endswith(b"(qemu) "):
-            break
-    return out.decode(errors="replace")
-drain()
-for cmd in sys.argv[2:]:
-    s.sendall(cmd.encode() + b"\n")
-    print(drain().replace("\r", "").removesuffix("(qemu) ").rstrip())
+f = s.makefile("rw")
+def call(cmd, **args):
+    f.write(json.dumps({"execute": cmd, "arguments": args}) + "\n")
+    f.flush()
+    while True:
+        msg = json.loads(f.readline())
+        if "return" in msg or "error" in msg:
+            return msg
+json.loads(f.readline())  # the greeting
+call("qmp_capabilities")
+regs = call("human-monitor-command", **{"command-line": "info registers -a"}).get("return", "")
+for line in regs.splitlines():
+    if line.startswith("CPU#"):
+        print(line, end=": ")
+    elif line.startswith("RIP="):
+        print(line)
 PY
 }
 
@@ -170,12 +171,10 @@ while kill -0 "$qpid" 2>/dev/null; do
 	fi
 	if [ -n "$booted_at" ] && [ -z "$result_at" ] && [ "$(heartbeat_age)" -ge "$stall" ]; then
 		stalled=1
-		log "the guest stopped: no heartbeat for $(heartbeat_age) s (GUEST_STALL_SECONDS=$stall); QEMU's monitor says:"
-		# Twice, seconds apart: virtual CPUs whose program counters move
-		# run something; halted ones wait for an interrupt.
-		monitor_says "info cpus" "info registers -a" >&2
+		log "the guest stopped: no heartbeat for $(heartbeat_age) s (GUEST_STALL_SECONDS=$stall); its virtual CPUs, twice, 3 s apart (HLT=1: waiting for an interrupt; a moving RIP: running something):"
+		vcpus >&2
 		sleep 3
-		monitor_says "info cpus" >&2
+		vcpus >&2
 		stop_qemu
 		break
 	fi
