@@ -46,13 +46,18 @@ fi
 git_major="${BASH_REMATCH[1]}"
 git_minor="${BASH_REMATCH[2]}"
 
-# The k8s.io/kubernetes version that the tools module pins, both in a
-# require block ("\tk8s.io/kubernetes v1.37.1") and a one-line require.
-pinned="$(awk '
-	$1 == "require" && $2 == "k8s.io/kubernetes" { print $3; exit }
-	$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }
-' "${tools_dir}/go.mod")"
-[[ -n "${pinned}" ]] || die "test/tools/go.mod does not require k8s.io/kubernetes"
+# required MODULE: the version of MODULE that the tools module requires, in
+# a require block ("\tk8s.io/kubernetes v1.37.1") or a one-line require.
+required() {
+	local version
+	version="$(awk -v m="$1" '
+		$1 == "require" && $2 == m { print $3; exit }
+		$1 == m && $2 ~ /^v/ { print $2; exit }
+	' "${tools_dir}/go.mod")"
+	[[ -n "${version}" ]] || die "test/tools/go.mod does not require $1"
+	echo "${version}"
+}
+pinned="$(required k8s.io/kubernetes)"
 if [[ "${pinned}" != "${KUBE_VERSION}" ]]; then
 	die "KUBE_VERSION=${KUBE_VERSION} but test/tools/go.mod pins k8s.io/kubernetes ${pinned}.
 To build ${KUBE_VERSION}, edit test/tools/go.mod: set the k8s.io/kubernetes
@@ -63,19 +68,23 @@ fi
 if [[ $# -eq 0 ]]; then
 	set -- kube-apiserver
 fi
-for cmd in "$@"; do
-	case "${cmd}" in
-	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet | kube-proxy | helm) ;;
-	*) die "unknown command '${cmd}' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy or helm)" ;;
+# package_of COMMAND: the package that builds COMMAND.
+package_of() {
+	case "$1" in
+	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet | kube-proxy) echo "k8s.io/kubernetes/cmd/$1" ;;
+	helm) echo helm.sh/helm/v4/cmd/helm ;;
+	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy or helm)" ;;
 	esac
+}
+for cmd in "$@"; do
+	package_of "${cmd}" >/dev/null
 done
 
 mkdir -p "${OUT_DIR}"
 OUT_DIR="$(cd "${OUT_DIR}" && pwd)"
 
 # helm's version, as its release builds set it.
-helm_version="$(awk '$1 == "helm.sh/helm/v4" && $2 ~ /^v/ { print $2; exit }' "${tools_dir}/go.mod")"
-[[ -n "${helm_version}" ]] || die "test/tools/go.mod does not require helm.sh/helm/v4"
+helm_version="$(required helm.sh/helm/v4)"
 
 # -s -w: no symbol table and no DWARF (as Kubernetes releases build them):
 # a faster link, and smaller binaries for the emulated node to load over 9p.
@@ -102,18 +111,12 @@ start=${SECONDS}
 # links one while it compiles the next. Into a temporary directory, so an
 # interrupted build never leaves a half-written binary that looks up to date.
 # Static and -trimpath, as Kubernetes releases its server binaries and as
-# this repository builds its own: the tools module pins the versions
-# client-go and component-base share with the main module, so a cold make
-# test compiles those packages once for both.
+# this repository builds its own, so that the packages this module shares
+# with the driver's (at the same versions, see above) compile once for both.
 tmp="$(mktemp -d "${OUT_DIR}/.build-tools.XXXXXX")"
 trap 'rm -rf "${tmp}"' EXIT
 pkgs=()
-for cmd in "${todo[@]}"; do
-	case "${cmd}" in
-	helm) pkgs+=(helm.sh/helm/v4/cmd/helm) ;;
-	*) pkgs+=("k8s.io/kubernetes/cmd/${cmd}") ;;
-	esac
-done
+for cmd in "${todo[@]}"; do pkgs+=("$(package_of "${cmd}")"); done
 (cd "${tools_dir}" && CGO_ENABLED=0 "${GO}" build -trimpath -o "${tmp}/" -ldflags "${ldflags}" "${pkgs[@]}") ||
 	die "go build of ${todo[*]} failed"
 for cmd in "${todo[@]}"; do

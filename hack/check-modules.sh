@@ -12,10 +12,11 @@ fmt='{{if .Module}}{{.ImportPath}} {{.Module.Path}} {{with .Module.Replace}}{{.V
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 CGO_ENABLED=0 go list -deps -test -f "$fmt" ./... | sort -u > "$tmp/main"
-(cd test/tools && CGO_ENABLED=0 go list -deps -f "$fmt" \
-	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
-	helm.sh/helm/v4/cmd/helm) | sort -u > "$tmp/tools"
+# The tools module's commands are the ones its tools.go pins (-e: go list
+# reports importing a command as an error, and lists it all the same).
+read -r -a commands <<<"$(cd test/tools && go list -e -tags tools -f '{{join .Imports " "}}' .)"
+[ "${#commands[@]}" -gt 0 ] || { echo "check-modules: test/tools/tools.go pins no commands" >&2; exit 1; }
+(cd test/tools && CGO_ENABLED=0 go list -deps -f "$fmt" "${commands[@]}") | sort -u > "$tmp/tools"
 # Lines: import path, main module path and version, tools version.
 mismatch=$(join "$tmp/main" "$tmp/tools" | awk '$3 != $5 { print $2, $3, $5 }' | sort -u)
 shared=$(join "$tmp/main" "$tmp/tools" | wc -l)
