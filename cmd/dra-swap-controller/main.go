@@ -66,7 +66,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Cert.SecretNamespace, "webhook-secret-namespace", namespace, "Namespace of the Secret holding the self-managed CA and certificate.")
 	fs.StringVar(&cfg.Cert.SecretName, "webhook-secret", "dra-swap-controller-webhook-tls", "Secret holding the self-managed CA and certificate.")
 	fs.StringSliceVar(&dnsNames, "webhook-dns-names", []string{"dra-swap-controller." + namespace + ".svc"}, "DNS names of the self-managed certificate (the webhook Service's name).")
-	fs.StringSliceVar(&cfg.Cert.MutatingWebhookConfigurations, "mutating-webhook-configuration", []string{"dra-swap"}, "MutatingWebhookConfigurations whose caBundle the controller keeps current.")
+	fs.StringSliceVar(&cfg.Cert.MutatingWebhookConfigurations, "mutating-webhook-configuration", nil, "MutatingWebhookConfigurations whose caBundle the controller keeps current (the driver installs none).")
 	fs.StringSliceVar(&cfg.Cert.ValidatingWebhookConfigurations, "validating-webhook-configuration", []string{"dra-swap"}, "ValidatingWebhookConfigurations whose caBundle the controller keeps current.")
 	fs.DurationVar(&cfg.CertCheckInterval, "cert-check-interval", time.Minute, "How often the certificate is checked and, when due, rotated.")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", ":8080", "Serve Prometheus metrics at http://ADDRESS/metrics; 0 disables.")

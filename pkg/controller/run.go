@@ -116,16 +116,18 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 		c := mgr.GetClient()
 		nodes := Nodes{Reader: c}
 		srv := mgr.GetWebhookServer()
-		srv.Register(swapwebhook.BindingPath, &admission.Webhook{Handler: &swapwebhook.BindingLabeler{
-			Pods: c, APIReader: mgr.GetAPIReader(), Nodes: nodes, Policy: cfg.Policy,
+		// Every handler is Bounded: any pod that reaches the Service can
+		// post to it.
+		srv.Register(swapwebhook.BindingPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.BindingLabeler{
+			Pods: c, APIReader: mgr.GetAPIReader(), Client: c, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
 			Selector: Pods{Reader: c, APIReader: mgr.GetAPIReader(), Policy: cfg.Policy},
-		}})
-		srv.Register(swapwebhook.ReservationPath, &admission.Webhook{Handler: &swapwebhook.ReservationLabeler{
-			Pods: mgr.GetAPIReader(), Client: c, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
-		}})
-		srv.Register(swapwebhook.ConfigPath, &admission.Webhook{Handler: &swapwebhook.ConfigValidator{
+		}}))
+		srv.Register(swapwebhook.ReservationPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.ReservationLabeler{
+			Claims: c, Pods: c, APIReader: mgr.GetAPIReader(), Client: c, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
+		}}))
+		srv.Register(swapwebhook.ConfigPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.ConfigValidator{
 			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes,
-		}})
+		}}))
 		if err := mgr.AddReadyzCheck("webhook", webhookReady(certs, srv.StartedChecker())); err != nil {
 			return err
 		}

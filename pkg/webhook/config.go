@@ -50,6 +50,7 @@ func (v *ConfigValidator) Handle(ctx context.Context, req admission.Request) adm
 		errs     field.ErrorList
 		warnings []string
 		gk       = schema.GroupKind{Group: resourceGroup, Kind: req.Kind.Kind}
+		call     = &review{v: v}
 	)
 	switch req.Kind.Kind {
 	case "ResourceClaim":
@@ -57,17 +58,21 @@ func (v *ConfigValidator) Handle(ctx context.Context, req admission.Request) adm
 		if err := json.Unmarshal(req.Object.Raw, claim); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode ResourceClaim: %w", err))
 		}
-		errs, warnings = v.claimSpec(ctx, &claim.Spec, field.NewPath("spec"))
+		errs, warnings = call.claimSpec(ctx, &claim.Spec, field.NewPath("spec"))
 	case "ResourceClaimTemplate":
 		tmpl := &resourceapi.ResourceClaimTemplate{}
 		if err := json.Unmarshal(req.Object.Raw, tmpl); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode ResourceClaimTemplate: %w", err))
 		}
-		errs, warnings = v.claimSpec(ctx, &tmpl.Spec.Spec, field.NewPath("spec", "spec"))
+		errs, warnings = call.claimSpec(ctx, &tmpl.Spec.Spec, field.NewPath("spec", "spec"))
 	case "DeviceClass":
 		class := &resourceapi.DeviceClass{}
 		if err := json.Unmarshal(req.Object.Raw, class); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode DeviceClass: %w", err))
+		}
+		if n := len(class.Spec.Config); n > MaxConfigs {
+			errs = append(errs, field.TooMany(field.NewPath("spec", "config"), n, MaxConfigs))
+			break
 		}
 		for i, c := range class.Spec.Config {
 			errs = append(errs, v.opaque(c.Opaque, field.NewPath("spec", "config").Index(i).Child("opaque"))...)
@@ -91,11 +96,40 @@ func (v *ConfigValidator) opaque(o *resourceapi.OpaqueDeviceConfiguration, path 
 	return errs
 }
 
-func (v *ConfigValidator) claimSpec(ctx context.Context, spec *resourceapi.ResourceClaimSpec, path *field.Path) (field.ErrorList, []string) {
+// review is one review's state: the largest offer and the classes
+// looked at, each read once.
+type review struct {
+	v       *ConfigValidator
+	largest *int64
+	classes map[string]bool
+}
+
+// claimSpec checks a claim spec's dra.swap configs and warns about its
+// swap requests. A spec over the API's limits (more requests, subrequests
+// or configs than the API server accepts, so not one it sends) is refused
+// without being looked at further.
+func (c *review) claimSpec(ctx context.Context, spec *resourceapi.ResourceClaimSpec, path *field.Path) (field.ErrorList, []string) {
 	var errs field.ErrorList
 	devPath := path.Child("devices")
-	for i, c := range spec.Devices.Config {
-		errs = append(errs, v.opaque(c.Opaque, devPath.Child("config").Index(i).Child("opaque"))...)
+	if n := len(spec.Devices.Requests); n > MaxRequests {
+		errs = append(errs, field.TooMany(devPath.Child("requests"), n, MaxRequests))
+	}
+	if n := len(spec.Devices.Config); n > MaxConfigs {
+		errs = append(errs, field.TooMany(devPath.Child("config"), n, MaxConfigs))
+	}
+	for i, r := range spec.Devices.Requests {
+		if i == MaxRequests {
+			break
+		}
+		if n := len(r.FirstAvailable); n > MaxSubRequests {
+			errs = append(errs, field.TooMany(devPath.Child("requests").Index(i).Child("firstAvailable"), n, MaxSubRequests))
+		}
+	}
+	if len(errs) > 0 {
+		return errs, nil
+	}
+	for i, cfg := range spec.Devices.Config {
+		errs = append(errs, c.v.opaque(cfg.Opaque, devPath.Child("config").Index(i).Child("opaque"))...)
 	}
 	var warnings []string
 	check := func(className string, capacity *resourceapi.CapacityRequirements, p *field.Path) {
@@ -103,10 +137,10 @@ func (v *ConfigValidator) claimSpec(ctx context.Context, spec *resourceapi.Resou
 			return
 		}
 		q, ok := capacity.Requests[slice.CapacitySwap]
-		if !ok || !v.isSwapClass(ctx, className) {
+		if !ok || !c.isSwapClass(ctx, className) {
 			return
 		}
-		warnings = append(warnings, v.requestWarnings(ctx, q, p.Child("capacity", "requests", string(slice.CapacitySwap)))...)
+		warnings = append(warnings, c.requestWarnings(ctx, q, p.Child("capacity", "requests", string(slice.CapacitySwap)))...)
 	}
 	for i, r := range spec.Devices.Requests {
 		p := devPath.Child("requests").Index(i)
@@ -121,19 +155,15 @@ func (v *ConfigValidator) claimSpec(ctx context.Context, spec *resourceapi.Resou
 }
 
 // requestWarnings: rounding up to the step, and more than any node offers.
-func (v *ConfigValidator) requestWarnings(ctx context.Context, q resource.Quantity, p *field.Path) []string {
+func (c *review) requestWarnings(ctx context.Context, q resource.Quantity, p *field.Path) []string {
 	var out []string
 	b := q.Value()
 	if rem := b % slice.Step; rem != 0 && b > 0 {
 		rounded := resource.NewQuantity((b/slice.Step+1)*slice.Step, resource.BinarySI)
 		out = append(out, fmt.Sprintf("%s: %s is not a multiple of 1Mi; it is rounded up to %s", p, q.String(), rounded.String()))
 	}
-	if v.Offers == nil {
-		return out
-	}
-	largest, err := v.Offers.LargestOffer(ctx)
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Cannot tell the largest swap offer")
+	largest, ok := c.largestOffer(ctx)
+	if !ok {
 		return out
 	}
 	if b > largest {
@@ -145,6 +175,36 @@ func (v *ConfigValidator) requestWarnings(ctx context.Context, q resource.Quanti
 		}
 	}
 	return out
+}
+
+// largestOffer asks the OfferSource once per review; false when there is
+// none or it fails.
+func (c *review) largestOffer(ctx context.Context) (int64, bool) {
+	if c.v.Offers == nil {
+		return 0, false
+	}
+	if c.largest == nil {
+		largest, err := c.v.Offers.LargestOffer(ctx)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot tell the largest swap offer")
+			largest = -1
+		}
+		c.largest = &largest
+	}
+	return *c.largest, *c.largest >= 0
+}
+
+// isSwapClass is ConfigValidator.isSwapClass, once per class name.
+func (c *review) isSwapClass(ctx context.Context, name string) bool {
+	if c.classes == nil {
+		c.classes = map[string]bool{}
+	}
+	is, ok := c.classes[name]
+	if !ok {
+		is = c.v.isSwapClass(ctx, name)
+		c.classes[name] = is
+	}
+	return is
 }
 
 // isSwapClass tells a DeviceClass that selects the driver's devices: one

@@ -44,8 +44,12 @@ type Options struct {
 	// claim are labeled when the scheduler reserves their claim, before it
 	// binds them (reservation.dra.swap); the binding labeler is needed only
 	// when the controller labels other pods too (--pod-selection all or
-	// namespaces), and then it sees every binding.
+	// namespaces).
 	BindingLabels bool
+	// NamespaceSelector, with BindingLabels, limits the binding labeler to
+	// the bindings of these namespaces (--pod-selection namespaces);
+	// nil: every binding (--pod-selection all).
+	NamespaceSelector *metav1.LabelSelector
 }
 
 // DefaultOptions are the chart's defaults.
@@ -88,7 +92,7 @@ const newlyReservesSwap = `has(object.status.allocation) && has(object.status.al
 object.status.allocation.devices.results.exists(r, r.driver == "dra.swap") && has(object.status.reservedFor) &&
 object.status.reservedFor.exists(c, c.resource == "pods" && !(has(oldObject.status.reservedFor) && oldObject.status.reservedFor.exists(o, o.uid == c.uid)))`
 
-// Configurations are the webhook configurations the driver installs (the
+// Configurations is the webhook configuration the driver installs (the
 // controller fills in caBundle when it manages its own certificate). Each
 // webhook's rules and match conditions keep every object that does not
 // concern the driver away from it, so that a controller that is down or
@@ -107,11 +111,14 @@ object.status.reservedFor.exists(c, c.resource == "pods" && !(has(oldObject.stat
 //     the handler labels the pod then (a side effect, skipped on dry run),
 //     so the binding write carries the labels. failurePolicy Ignore: the
 //     reconciler labels pods the webhook missed.
-//   - binding.dra.swap (only with Options.BindingLabels): pods/binding,
-//     failurePolicy Ignore, for pods without a swap claim.
-//
-// The mutating configuration is nil when no mutating webhook is needed.
-func Configurations(client ClientConfig, opts Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
+//   - binding.dra.swap (only with Options.BindingLabels): pods/binding of
+//     the selected namespaces (all, or Options.NamespaceSelector), for pods
+//     without a swap claim. Like the reservation webhook it labels the pod
+//     with the controller's own patch (a side effect, skipped on dry run)
+//     and never changes the Binding, so every label the controller sets is
+//     a pod write by its identity, which the chart's labels-only admission
+//     policy checks. failurePolicy Ignore.
+func Configurations(client ClientConfig, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	rule := func(ops []admissionregistrationv1.OperationType, resources ...string) admissionregistrationv1.RuleWithOperations {
 		return admissionregistrationv1.RuleWithOperations{
 			Operations: ops,
@@ -162,19 +169,15 @@ func Configurations(client ClientConfig, opts Options) (*admissionregistrationv1
 			},
 		},
 	}
-	if !opts.BindingLabels {
-		return nil, validating
-	}
-	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+	if opts.BindingLabels {
+		validating.Webhooks = append(validating.Webhooks, admissionregistrationv1.ValidatingWebhook{
 			Name:                    BindingWebhook,
 			ClientConfig:            client(BindingPath),
 			AdmissionReviewVersions: []string{"v1"},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 			TimeoutSeconds:          ptr.To[int32](3),
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
+			NamespaceSelector:       opts.NamespaceSelector,
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: create,
 				Rule: admissionregistrationv1.Rule{
@@ -182,7 +185,7 @@ func Configurations(client ClientConfig, opts Options) (*admissionregistrationv1
 					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 				},
 			}},
-		}},
+		})
 	}
-	return mutating, validating
+	return validating
 }

@@ -82,13 +82,13 @@ func fuzzHandlers(t testing.TB) []fuzzHandler {
 		},
 		{
 			name: "BindingLabeler",
-			handler: &BindingLabeler{Pods: reader, APIReader: reader, Nodes: nodes, Selector: selectAll(true),
+			handler: &BindingLabeler{Pods: reader, APIReader: reader, Client: &patchChecker{}, Nodes: nodes, Selector: selectAll(true),
 				Policy: labels.Policy{Selection: labels.SelectAll, Allowlist: []string{"example.com/rack"}}},
 			check: checkBindingLabeler,
 		},
 		{
 			name: "ReservationLabeler",
-			handler: &ReservationLabeler{Pods: reader, Client: &patchChecker{}, Nodes: nodes,
+			handler: &ReservationLabeler{Claims: reader, Pods: reader, Client: &patchChecker{}, Nodes: nodes,
 				Policy: labels.Policy{Selection: labels.SelectAll, Allowlist: []string{"example.com/rack"}}},
 			check: checkReservationLabeler,
 		},

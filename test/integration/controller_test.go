@@ -68,7 +68,15 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startController(t *testing.T) *controllerEnv {
+// controllerSetup is what startController starts, changed by its options.
+type controllerSetup struct {
+	webhooks webhook.Options
+	config   controller.Config
+	// restConfig is the controller's client configuration (the admin's).
+	restConfig func(s *framework.APIServer) *rest.Config
+}
+
+func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEnv {
 	s := framework.StartAPIServer(t)
 	logger, ctx := ktesting.NewTestContext(t)
 	ctrl.SetLogger(klog.Background())
@@ -88,7 +96,32 @@ func startController(t *testing.T) *controllerEnv {
 	}
 	// As the helm chart does: the configurations without a caBundle, and
 	// an empty Secret the controller fills.
-	_, validating := webhook.Configurations(webhook.URLClientConfig(env.webhook), webhook.DefaultOptions())
+	setup := controllerSetup{
+		webhooks:   webhook.DefaultOptions(),
+		restConfig: func(s *framework.APIServer) *rest.Config { return rest.CopyConfig(s.Config) },
+		config: controller.Config{
+			Policy:                  labels.Policy{Selection: labels.SelectSwapClaims, Allowlist: []string{rackLabel}},
+			Workers:                 4,
+			LeaderElection:          true,
+			LeaderElectionNamespace: "kube-system",
+			LeaderElectionID:        "dra-swap-controller",
+			WebhookHost:             "127.0.0.1",
+			WebhookPort:             port,
+			Cert: servingcert.Options{
+				SecretNamespace:                 "kube-system",
+				SecretName:                      "dra-swap-controller-webhook-tls",
+				DNSNames:                        []string{"localhost"},
+				ValidatingWebhookConfigurations: []string{webhook.ConfigurationName},
+			},
+			CertCheckInterval: time.Second,
+			MetricsAddress:    "0",
+			HealthAddress:     "0",
+		},
+	}
+	for _, o := range opts {
+		o(&setup)
+	}
+	validating := webhook.Configurations(webhook.URLClientConfig(env.webhook), setup.webhooks)
 	if _, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -101,27 +134,8 @@ func startController(t *testing.T) *controllerEnv {
 		t.Fatal(err)
 	}
 
-	cfg := controller.Config{
-		Policy:                  labels.Policy{Selection: labels.SelectSwapClaims, Allowlist: []string{rackLabel}},
-		Workers:                 4,
-		LeaderElection:          true,
-		LeaderElectionNamespace: "kube-system",
-		LeaderElectionID:        "dra-swap-controller",
-		WebhookHost:             "127.0.0.1",
-		WebhookPort:             port,
-		Cert: servingcert.Options{
-			SecretNamespace:                 "kube-system",
-			SecretName:                      "dra-swap-controller-webhook-tls",
-			DNSNames:                        []string{"localhost"},
-			MutatingWebhookConfigurations:   []string{webhook.ConfigurationName},
-			ValidatingWebhookConfigurations: []string{webhook.ConfigurationName},
-		},
-		CertCheckInterval: time.Second,
-		MetricsAddress:    "0",
-		HealthAddress:     "0",
-	}
 	done := make(chan error, 1)
-	go func() { done <- controller.Run(ctx, rest.CopyConfig(s.Config), cfg) }()
+	go func() { done <- controller.Run(ctx, setup.restConfig(s), setup.config) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -131,7 +131,7 @@ func TestHungControllerCostsOthersNothing(t *testing.T) {
 	}
 	// The driver's webhooks, as the chart installs them, reaching the hung
 	// controller.
-	_, validating := webhook.Configurations(webhook.URLClientConfig(hung.url()), webhook.DefaultOptions())
+	validating := webhook.Configurations(webhook.URLClientConfig(hung.url()), webhook.DefaultOptions())
 	if _, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
