@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
 )
@@ -37,36 +38,55 @@ type PendingExplainer struct {
 	Client   client.Reader
 	Recorder events.EventRecorder
 	mu       sync.Mutex
-	// told is the last explanation given to each pod.
-	told map[types.UID]string
+	// told is the last explanation given to each pod, by name: a request
+	// for a pod that is gone names it, and its entry goes with it.
+	told map[types.NamespacedName]toldPod
 }
+
+// toldPod is the explanation given to one pod (of this UID).
+type toldPod struct {
+	uid     types.UID
+	message string
+}
+
+// Bounds of the SwapUnavailable event's note, which must fit in
+// eventmsg.NoteLimit bytes: the claims named take at most
+// pendingClaimsBytes, the nodes the rest.
+const (
+	pendingClaimsNamed = 3
+	pendingClaimsBytes = 256
+	pendingNodesNamed  = 5
+)
 
 // Reconcile implements reconcile.Reconciler for one pod.
 func (e *PendingExplainer) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pod := &corev1.Pod{}
 	if err := e.Client.Get(ctx, req.NamespacedName, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			e.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !unschedulable(pod) {
-		e.forget(pod.UID)
+		e.forget(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
 	claims, err := e.waitingSwapClaims(ctx, pod)
 	if err != nil || len(claims) == 0 {
-		e.forget(pod.UID)
+		e.forget(req.NamespacedName)
 		return reconcile.Result{}, err
 	}
-	why, err := e.explain(ctx)
+	nodes, err := e.explain(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	msg := fmt.Sprintf("Swap claim %s cannot be allocated on any node now: %s", strings.Join(claims, ", "), why)
+	msg := unavailable(claims, nodes)
 	e.mu.Lock()
 	if e.told == nil {
-		e.told = map[types.UID]string{}
+		e.told = map[types.NamespacedName]toldPod{}
 	}
-	changed := e.told[pod.UID] != msg
-	e.told[pod.UID] = msg
+	changed := e.told[req.NamespacedName] != toldPod{pod.UID, msg}
+	e.told[req.NamespacedName] = toldPod{pod.UID, msg}
 	e.mu.Unlock()
 	if changed {
 		e.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonSwapUnavailable, "ScheduleSwapClaim", "%s", msg)
@@ -74,10 +94,22 @@ func (e *PendingExplainer) Reconcile(ctx context.Context, req reconcile.Request)
 	return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 }
 
-func (e *PendingExplainer) forget(uid types.UID) {
+func (e *PendingExplainer) forget(pod types.NamespacedName) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.told, uid)
+	delete(e.told, pod)
+}
+
+// unavailable is the SwapUnavailable note: the claims and the nodes'
+// descriptions, the first few of each and the count of the rest, within
+// eventmsg.NoteLimit bytes.
+func unavailable(claims, nodes []string) string {
+	head := "Swap claim " + eventmsg.List(claims, ", ", pendingClaimsNamed, pendingClaimsBytes) + " cannot be allocated on any node now: "
+	if len(nodes) == 0 {
+		return eventmsg.Truncate(head+"no node runs the dra.swap kubelet plugin", eventmsg.NoteLimit)
+	}
+	const tail = " (a claim may tolerate a taint; see the README's \"Swap pressure\")"
+	return eventmsg.Truncate(head+eventmsg.List(nodes, "; ", pendingNodesNamed, eventmsg.NoteLimit-len(head)-len(tail))+tail, eventmsg.NoteLimit)
 }
 
 // unschedulable: not bound, and the scheduler said why.
@@ -152,11 +184,12 @@ func (e *PendingExplainer) isSwapClass(ctx context.Context, name string) (bool, 
 	return false, nil
 }
 
-// explain describes every node's swap device: its taints, or its offer.
-func (e *PendingExplainer) explain(ctx context.Context) (string, error) {
+// explain describes every node's swap device, its taints or its offer,
+// sorted by node.
+func (e *PendingExplainer) explain(ctx context.Context) ([]string, error) {
 	list := &resourceapi.ResourceSliceList{}
 	if err := e.Client.List(ctx, list); err != nil {
-		return "", fmt.Errorf("list ResourceSlices: %w", err)
+		return nil, fmt.Errorf("list ResourceSlices: %w", err)
 	}
 	var nodes []string
 	for i := range list.Items {
@@ -171,11 +204,8 @@ func (e *PendingExplainer) explain(ctx context.Context) (string, error) {
 			nodes = append(nodes, "node "+*s.Spec.NodeName+": "+describeDevice(d))
 		}
 	}
-	if len(nodes) == 0 {
-		return "no node runs the dra.swap kubelet plugin", nil
-	}
 	slices.Sort(nodes)
-	return strings.Join(nodes, "; ") + " (a claim may tolerate a taint; see the README's \"Swap pressure\")", nil
+	return nodes, nil
 }
 
 func describeDevice(d resourceapi.Device) string {
@@ -194,4 +224,11 @@ func describeDevice(d resourceapi.Device) string {
 		return "offers " + resource.NewQuantity(c.Value.Value(), resource.BinarySI).String() + " of swap in all (not enough left, or the claim's selectors do not match)"
 	}
 	return "offers no swap"
+}
+
+// remembered is how many pods the explainer keeps an explanation for.
+func (e *PendingExplainer) remembered() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.told)
 }
