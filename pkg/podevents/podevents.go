@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
 )
 
 // Event reasons.
@@ -73,9 +75,7 @@ func FromAnnotations(a map[string]string) (Record, bool) {
 // replacing an earlier one (each claim's hook run rewrites it with the
 // container's new total).
 func Write(stateDir, containerID string, r Record) error {
-	if len(r.Error) > maxErrorLen {
-		r.Error = r.Error[:maxErrorLen] + "…"
-	}
+	r.Error = eventmsg.Truncate(r.Error, maxErrorLen)
 	dir := filepath.Join(stateDir, Dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create event directory %s: %w", dir, err)
@@ -221,8 +221,8 @@ func (e *Emitter) emit(r Record) {
 	init := e.InitContainer != nil && e.InitContainer(r.Namespace, r.Pod, r.Container)
 	pod := ContainerRef(r.Namespace, r.Pod, r.PodUID, r.Container, init)
 	if r.Error != "" {
-		e.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonNotApplied, "ApplySwapLimit",
-			"Swap limit not applied to container %q on node %q: %s", r.Container, e.Node, r.Error)
+		e.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonNotApplied, "ApplySwapLimit", "%s",
+			eventmsg.Note("Swap limit not applied to container %q on node %q: %s", r.Container, e.Node, r.Error))
 		return
 	}
 	limit := resource.NewQuantity(r.LimitBytes, resource.BinarySI)
@@ -230,8 +230,8 @@ func (e *Emitter) emit(r Record) {
 	if r.PodLimitBytes != nil {
 		budget = fmt.Sprintf("; the pod's containers share a swap budget of %s", resource.NewQuantity(*r.PodLimitBytes, resource.BinarySI))
 	}
-	e.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonApplied, "ApplySwapLimit",
-		"Swap limit %s applied to container %q on node %q (cgroup v%d)%s", limit.String(), r.Container, e.Node, r.CgroupVersion, budget)
+	e.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonApplied, "ApplySwapLimit", "%s",
+		eventmsg.Note("Swap limit %s applied to container %q on node %q (cgroup v%d)%s", limit.String(), r.Container, e.Node, r.CgroupVersion, budget))
 }
 
 // Run flushes every interval until ctx ends.

@@ -2,11 +2,13 @@ package podevents
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -14,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
 )
 
 func TestFlush(t *testing.T) {
@@ -159,5 +163,51 @@ func TestTwoContainersTwoEvents(t *testing.T) {
 		if !strings.HasPrefix(got[path], note) {
 			t.Errorf("event on %s: %q, want it to start with %q", path, got[path], note)
 		}
+	}
+}
+
+// TestNotAppliedLongError: a hook error of 2 kB (the hook caps what it
+// writes, but a record may hold up to maxRecordBytes) still makes an event
+// the API server accepts: the note is cut to eventmsg.NoteLimit bytes on a
+// rune boundary, with a marker, and keeps the container and node.
+func TestNotAppliedLongError(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct{ name, err string }{
+		{"ascii", strings.Repeat("write memory.swap.max: device or resource busy; ", 50)[:2048]},
+		{"two-byte runes", strings.Repeat("é", 1024)},
+		{"cut by the hook", strings.Repeat("ü", 1000)}, // Write keeps 1 kB of it
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			dir := t.TempDir()
+			r := Record{Namespace: "ns", Pod: "p", PodUID: "u1", Container: "worker", Time: now, Error: tc.err}
+			if tc.name == "cut by the hook" {
+				if err := Write(dir, "c1", r); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// As a hook of another version could leave it.
+				data, err := json.Marshal(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(filepath.Join(dir, Dir), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, Dir, "c1.json"), data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rec := events.NewFakeRecorder(1)
+			e := &Emitter{StateDir: dir, Node: "node-a", Recorder: rec, Now: func() time.Time { return now }}
+			if n, err := e.Flush(ctx); err != nil || n != 1 {
+				t.Fatalf("Flush = %d, %v", n, err)
+			}
+			note, ok := strings.CutPrefix(<-rec.Events, "Warning SwapNotApplied ")
+			if !ok || len(note) > eventmsg.NoteLimit || !utf8.ValidString(note) ||
+				!strings.HasPrefix(note, `Swap limit not applied to container "worker" on node "node-a": `) || !strings.HasSuffix(note, eventmsg.Marker) {
+				t.Errorf("note of %d bytes (limit %d), valid UTF-8 %v: %q", len(note), eventmsg.NoteLimit, utf8.ValidString(note), note)
+			}
+		})
 	}
 }
