@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/prepare"
 )
@@ -229,7 +229,7 @@ func (s *claimStatuses) applyConfiguration(st *claimState) (*resourceapply.Resou
 		d := resourceapply.AllocatedDeviceStatus().WithDriver(s.driver).WithPool(r.Result.Pool).WithDevice(r.Result.Device).
 			WithData(runtime.RawExtension{Raw: raw}).
 			WithConditions(metav1apply.Condition().WithType(ConditionSwapApplied).WithStatus(cond.status).WithReason(cond.reason).
-				WithMessage(cond.message).WithLastTransitionTime(st.since[key]))
+				WithMessage(eventmsg.Condition(cond.message)).WithLastTransitionTime(st.since[key]))
 		if r.Result.ShareID != nil {
 			d = d.WithShareID(string(*r.Result.ShareID))
 		}
@@ -267,17 +267,23 @@ func (s *claimStatuses) condition(st *claimState, r prepare.ResultReport) condit
 		case o.ok:
 			applied = append(applied, fmt.Sprintf("%s (%s)", name, quantity(o.limitBytes)))
 		default:
-			failed = append(failed, name+": "+o.err)
+			// Each error is cut to an event's size, so that several
+			// containers' fit in the condition.
+			failed = append(failed, "container "+name+": "+eventmsg.Truncate(o.err, eventmsg.NoteLimit))
 		}
+	}
+	// The message must fit in eventmsg.ConditionLimit bytes: the lists
+	// name what fits and count the rest.
+	list := func(head string, items []string, sep, tail string) string {
+		return head + eventmsg.List(items, sep, 0, eventmsg.ConditionLimit-len(head)-len(tail)) + tail
 	}
 	switch {
 	case len(failed) > 0:
-		return conditionValue{metav1.ConditionFalse, ReasonNotApplied, "not applied to container " + strings.Join(failed, "; container ")}
+		return conditionValue{metav1.ConditionFalse, ReasonNotApplied, list("not applied to ", failed, "; ", "")}
 	case len(names) == 0:
 		return conditionValue{metav1.ConditionUnknown, ReasonPrepared, fmt.Sprintf("prepared on node %s; no container of the pod uses it", s.node)}
 	case len(waiting) > 0:
-		return conditionValue{metav1.ConditionUnknown, ReasonPrepared, fmt.Sprintf("prepared on node %s; waiting for container %s to start",
-			s.node, strings.Join(waiting, ", "))}
+		return conditionValue{metav1.ConditionUnknown, ReasonPrepared, list(fmt.Sprintf("prepared on node %s; waiting for container ", s.node), waiting, ", ", " to start")}
 	}
-	return conditionValue{metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("swap limit applied on node %s to container %s", s.node, strings.Join(applied, ", "))}
+	return conditionValue{metav1.ConditionTrue, ReasonApplied, list(fmt.Sprintf("swap limit applied on node %s to container ", s.node), applied, ", ", "")}
 }

@@ -1,9 +1,11 @@
 package plugin
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/prepare"
 )
@@ -71,5 +74,31 @@ func TestClaimStatusConditions(t *testing.T) {
 	s.unprepared([]types.UID{"claim-uid"})
 	if len(s.claims) != 0 {
 		t.Errorf("claims kept after unprepare: %v", s.claims)
+	}
+}
+
+// TestClaimStatusConditionBounded: 40 containers that each failed with a
+// 2 kB hook error make a condition message within the API's 32 KiB limit
+// (eventmsg.ConditionLimit) that names the first ones and counts the rest.
+func TestClaimStatusConditionBounded(t *testing.T) {
+	s := newClaimStatuses(nil, "dra.swap", "node-a", NewMetrics())
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
+	r := prepare.ResultReport{Result: resourceapi.DeviceRequestAllocationResult{Request: "swap", Driver: "dra.swap", Pool: "node-a", Device: "swap"},
+		SwapBytes: 100 << 20, Containers: map[string]int64{}}
+	for i := range 40 {
+		r.Containers[fmt.Sprintf("c%02d", i)] = 1 << 20
+	}
+	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{r}})
+	for name := range r.Containers {
+		s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: name, Error: strings.Repeat("ö", 1024), Claims: []string{"claim-uid"}})
+	}
+	ac, err := s.applyConfiguration(s.claims["claim-uid"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := *ac.Status.Devices[0].Conditions[0].Message
+	if len(msg) > eventmsg.ConditionLimit || !utf8.ValidString(msg) ||
+		!strings.HasPrefix(msg, "not applied to container c00: öö") || !strings.Contains(msg, " more") {
+		t.Errorf("condition message of %d bytes (limit %d), valid UTF-8 %v: %.200q … %q", len(msg), eventmsg.ConditionLimit, utf8.ValidString(msg), msg, msg[max(0, len(msg)-100):])
 	}
 }

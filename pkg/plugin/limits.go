@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/verify"
 )
@@ -36,9 +37,9 @@ var _ verify.Reporter = (*limitReporter)(nil)
 func (r *limitReporter) Restored(ctx context.Context, d verify.Drift) {
 	r.metrics.restored.WithLabelValues(d.Trigger).Inc()
 	if pod := r.regarding(d); pod != nil {
-		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonLimitRestored, "RestoreSwapLimit",
-			"%s on node %q was %s instead of %s (found at %s); wrote %s back",
-			subject(d), r.node, describe(d.Found), describe(d.Want), d.Trigger, describe(d.Want))
+		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonLimitRestored, "RestoreSwapLimit", "%s",
+			eventmsg.Note("%s on node %q was %s instead of %s (found at %s); wrote %s back",
+				subject(d), r.node, describe(d.Found), describe(d.Want), d.Trigger, describe(d.Want)))
 	}
 }
 
@@ -47,9 +48,9 @@ func (r *limitReporter) NotRestored(ctx context.Context, d verify.Drift, err err
 	klog.FromContext(ctx).Error(err, "Swap limit not restored", "container", d.Container.String(), "podBudget", d.Pod,
 		"found", d.Found, "want", d.Want, "trigger", d.Trigger)
 	if pod := r.regarding(d); pod != nil {
-		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonLimitNotRestored, "RestoreSwapLimit",
-			"%s on node %q is %s, not %s as its claims say, and could not be restored: %v",
-			subject(d), r.node, describe(d.Found), describe(d.Want), err)
+		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonLimitNotRestored, "RestoreSwapLimit", "%s",
+			eventmsg.Note("%s on node %q is %s, not %s as its claims say, and could not be restored: %v",
+				subject(d), r.node, describe(d.Found), describe(d.Want), err))
 	}
 }
 
