@@ -152,14 +152,13 @@ func TestChart(t *testing.T) {
 				}
 			}
 			t.Logf("%s values: %d objects %v, all accepted", name, len(objs), kinds)
-			// No mutating webhook by default: pods with swap claims are
-			// labeled at their claim's reservation; only podSelection all or
-			// namespaces needs the binding labeler.
+			// No mutating webhook: the labelers patch pods as the
+			// controller. The NetworkPolicy is optional.
 			want := map[string]int{"DaemonSet": 1, "Deployment": 1, "DeviceClass": 1, "MutatingWebhookConfiguration": 0,
 				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2}
 			switch name {
 			case "custom":
-				want["DeviceClass"], want["ServiceMonitor"], want["Certificate"], want["MutatingWebhookConfiguration"] = 3, 2, 1, 1
+				want["DeviceClass"], want["ServiceMonitor"], want["Certificate"], want["NetworkPolicy"] = 3, 2, 1, 1
 			case "no-pdb-no-le":
 				want["PodDisruptionBudget"] = 0
 			}
