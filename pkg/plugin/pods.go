@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
@@ -68,12 +69,12 @@ func watchPods(ctx context.Context, client kubernetes.Interface, nodeName string
 
 // GetPod implements prepare.PodGetter from the cache. A pod the cache has
 // not seen yet (the kubelet and the plugin learn of a binding at about the
-// same time) is waited for, up to podCacheWait, woken by the informer as
-// soon as it arrives; one that does not appear is reported as not found
-// (deleted, or not on this node).
-func (s *podSource) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	pod, err := s.lister.Pods(namespace).Get(name)
-	if err == nil || !apierrors.IsNotFound(err) {
+// same time), or holds only under another UID (a pod recreated under the
+// same name, whose predecessor's deletion the cache has not seen yet), is
+// waited for, up to podCacheWait, woken by the informer as soon as it
+// arrives; one that does not appear is reported as not found.
+func (s *podSource) GetPod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error) {
+	if pod, done, err := s.cached(namespace, name, uid); done {
 		return pod, err
 	}
 	key := namespace + "/" + name
@@ -90,17 +91,32 @@ func (s *podSource) GetPod(ctx context.Context, namespace, name string) (*corev1
 	for {
 		// Again, now that a waiter is registered: the pod may have
 		// arrived in between.
-		if pod, err := s.lister.Pods(namespace).Get(name); err == nil || !apierrors.IsNotFound(err) {
+		if pod, done, err := s.cached(namespace, name, uid); done {
 			return pod, err
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-timeout.C:
-			return s.lister.Pods(namespace).Get(name)
+			return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
 		case <-ch:
 		}
 	}
+}
+
+// cached returns the cached pod of that name and UID; done is false when
+// the cache has no such pod (yet).
+func (s *podSource) cached(namespace, name string, uid types.UID) (pod *corev1.Pod, done bool, err error) {
+	pod, err = s.lister.Pods(namespace).Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, true, err
+	case pod.UID != uid:
+		return nil, false, nil
+	}
+	return pod, true, nil
 }
 
 // initContainer says whether the cached pod has an init (or sidecar)

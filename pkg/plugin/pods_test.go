@@ -23,7 +23,7 @@ func TestPodSourceWaitsForThePod(t *testing.T) {
 	got := make(chan *corev1.Pod, 1)
 	errs := make(chan error, 1)
 	go func() {
-		pod, err := s.GetPod(ctx, "ns", "late")
+		pod, err := s.GetPod(ctx, "ns", "late", "u")
 		got <- pod
 		errs <- err
 	}()
@@ -49,7 +49,54 @@ func TestPodSourceWaitsForThePod(t *testing.T) {
 		t.Errorf("waiters left: %v", s.waiters)
 	}
 	s.wait = 10 * time.Millisecond
-	if _, err := s.GetPod(ctx, "ns", "never"); !apierrors.IsNotFound(err) {
+	if _, err := s.GetPod(ctx, "ns", "never", "u"); !apierrors.IsNotFound(err) {
 		t.Errorf("a pod that never comes: %v, want not found", err)
+	}
+}
+
+// The cache may still hold an earlier pod of the same name (a StatefulSet
+// pod deleted and recreated): the lookup of the new one waits for it like
+// for a pod not seen yet, and never answers with the earlier pod.
+func TestPodSourceWaitsForThePodsUID(t *testing.T) {
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	earlier := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0", UID: "old"}}
+	if err := indexer.Add(earlier); err != nil {
+		t.Fatal(err)
+	}
+	s := &podSource{lister: listersv1.NewPodLister(indexer), wait: 10 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The earlier pod is all the cache has until the wait ends: not found.
+	if p, err := s.GetPod(ctx, "ns", "web-0", "new"); !apierrors.IsNotFound(err) {
+		t.Fatalf("GetPod = pod with UID %q, %v; want not found", p.GetUID(), err)
+	}
+
+	// Without the wake-up, the lookup would wait the whole hour.
+	s.wait = time.Hour
+	got := make(chan *corev1.Pod, 1)
+	errs := make(chan error, 1)
+	go func() {
+		pod, err := s.GetPod(ctx, "ns", "web-0", "new")
+		got <- pod
+		errs <- err
+	}()
+	for {
+		s.mu.Lock()
+		waiting := len(s.waiters["ns/web-0"])
+		s.mu.Unlock()
+		if waiting > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// An update of the earlier pod wakes the lookup, which waits on.
+	s.arrived(earlier)
+	recreated := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0", UID: "new"}}
+	if err := indexer.Update(recreated); err != nil {
+		t.Fatal(err)
+	}
+	s.arrived(recreated)
+	if p, err := <-got, <-errs; err != nil || p.GetUID() != "new" {
+		t.Fatalf("GetPod = pod with UID %q, %v; want the recreated pod", p.GetUID(), err)
 	}
 }

@@ -118,15 +118,68 @@ func TestPrepareGrantsTheClaimToOnePod(t *testing.T) {
 	if args := deviceArgs(device(t, e.spec(uidA), uidA, 0)); !strings.Contains(args, "--pod-uid="+podID) {
 		t.Errorf("hook args = %s, want the first pod's UID", args)
 	}
-	// The first pod is gone: the next one in reservedFor gets it.
-	e2 := newEnv(t)
-	e2.pods.pods["ns/second"] = second
-	if r := e2.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]; r.Err != nil {
-		t.Fatal(r.Err)
+	// The first pod is gone, or is gone and was recreated under its name
+	// (another UID): the next one in reservedFor gets it.
+	recreated := pod(map[string][]string{"a": {"swap"}}, "swap")
+	recreated.UID = "00000000-0000-4000-8000-0000000000f2"
+	for name, first := range map[string]*corev1.Pod{"gone": nil, "recreated": recreated} {
+		e2 := newEnv(t)
+		delete(e2.pods.pods, "ns/pod")
+		if first != nil {
+			e2.pods.pods["ns/pod"] = first
+		}
+		e2.pods.pods["ns/second"] = second
+		if r := e2.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]; r.Err != nil {
+			t.Fatalf("%s: %v", name, r.Err)
+		}
+		if args := deviceArgs(device(t, e2.spec(uidA), uidA, 0)); !strings.Contains(args, "--pod-uid="+otherPodID) {
+			t.Errorf("%s: hook args = %s, want the second pod's UID", name, args)
+		}
 	}
-	if args := deviceArgs(device(t, e2.spec(uidA), uidA, 0)); !strings.Contains(args, "--pod-uid="+otherPodID) {
-		t.Errorf("hook args = %s, want the second pod's UID", args)
+}
+
+// The kubelet prepares a claim only for a pod bound to the node and in the
+// claim's reservedFor: when the plugin's cache shows none of them (it lags,
+// or holds an earlier pod of the same name), the claim fails for the
+// kubelet to retry, and nothing is prepared without a pod to bound it.
+func TestPrepareFailsWithoutAReservedPod(t *testing.T) {
+	recreated := pod(map[string][]string{"a": {"swap"}}, "swap")
+	recreated.UID = "00000000-0000-4000-8000-0000000000f2"
+	tests := []struct {
+		name string
+		pods map[string]*corev1.Pod
+	}{
+		{name: "the cache has no reserved pod", pods: map[string]*corev1.Pod{}},
+		{name: "the cache has an earlier pod of the same name", pods: map[string]*corev1.Pod{"ns/pod": recreated}},
 	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.pods.pods = tc.pods
+			claim := newClaim(uidA, "swap", 100*mi)
+			r := e.m.Prepare(testContext(t), []*resourceapi.ResourceClaim{claim})[claim.UID]
+			if r.Err == nil || !strings.Contains(r.Err.Error(), "ns/swap") || !strings.Contains(r.Err.Error(), "reserved for (pod)") {
+				t.Fatalf("error = %v, want one naming the claim and its pod", r.Err)
+			}
+			assertNothingLeft(t, e)
+		})
+	}
+}
+
+// A claim reserved for a PodGroup (DRAWorkloadResourceClaims) would reach
+// every pod of the group: it is refused, not granted without a pod.
+func TestPrepareRefusesAPodGroupReservation(t *testing.T) {
+	e := newEnv(t)
+	claim := newClaim(uidA, "swap", 100*mi)
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{
+		{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "group", UID: otherPodID},
+	}
+	r := e.m.Prepare(testContext(t), []*resourceapi.ResourceClaim{claim})[claim.UID]
+	want := `the claim is reserved for podgroups.scheduling.k8s.io "group", not for a pod: dra.swap grants a claim's swap to one pod; per-group swap is not supported`
+	if r.Err == nil || !strings.Contains(r.Err.Error(), want) || !strings.Contains(r.Err.Error(), "ns/swap") {
+		t.Fatalf("error = %v, want one naming the claim and saying %q", r.Err, want)
+	}
+	assertNothingLeft(t, e)
 }
 
 // Critical pods never swap, whichever position they have among the pods

@@ -2,11 +2,15 @@ package prepare
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
@@ -25,23 +29,46 @@ import (
 // could together use more than the pod's claims add up to (a claim used
 // by several containers), the pod's cgroup gets that sum as its budget.
 
-// lookUpPods finds the pods in the claim's reservedFor (those that no
-// longer exist are skipped) and refuses critical pods unless allowed.
+// lookUpPods finds the pods in the claim's reservedFor and refuses
+// critical pods unless allowed. The kubelet prepares a claim only for a pod
+// bound to this node and in the claim's reservedFor, so a reserved pod that
+// the cache does not show, or shows under another UID (a pod recreated
+// under the same name), is one the cache has not caught up with: the
+// PodGetter waits for it, and when no reserved pod turns up the claim
+// fails, for the kubelet to retry, instead of being prepared without a pod
+// to bound it. A claim reserved for anything but pods (a PodGroup, with
+// DRAWorkloadResourceClaims) is refused: swap is granted to one pod.
 func (m *Manager) lookUpPods(ctx context.Context, plan *claimPlan) error {
 	claim := plan.claim
+	var refs []resourceapi.ResourceClaimConsumerReference
 	for _, ref := range claim.Status.ReservedFor {
 		if ref.APIGroup != "" || ref.Resource != "pods" {
-			continue
+			return fmt.Errorf("the claim is reserved for %s %q, not for a pod: dra.swap grants a claim's swap to one pod; per-group swap is not supported",
+				consumerKind(ref), ref.Name)
 		}
-		pod, err := m.pods.GetPod(ctx, claim.Namespace, ref.Name)
+		refs = append(refs, ref)
+	}
+	if len(refs) == 0 {
+		return errors.New("the claim is reserved for no pod")
+	}
+	// Each lookup may wait for the cache: all at once, so that a claim's
+	// wait is one lookup's, however many pods reserve it.
+	pods := make([]*corev1.Pod, len(refs))
+	errs := make([]error, len(refs))
+	var wg sync.WaitGroup
+	for i, ref := range refs {
+		wg.Go(func() { pods[i], errs[i] = m.pods.GetPod(ctx, claim.Namespace, ref.Name, ref.UID) })
+	}
+	wg.Wait()
+	var missing []string
+	for i, ref := range refs {
+		pod, err := pods[i], errs[i]
 		if apierrors.IsNotFound(err) {
+			missing = append(missing, ref.Name)
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("look up pod %s/%s that uses the claim: %w", claim.Namespace, ref.Name, err)
-		}
-		if pod.UID != ref.UID {
-			continue
 		}
 		if isCritical(pod) && !m.opts.AllowCriticalPods {
 			return fmt.Errorf("pod %s/%s has priority class %s: critical pods never swap (an admin can allow it with --allow-critical-pods)",
@@ -49,7 +76,29 @@ func (m *Manager) lookUpPods(ctx context.Context, plan *claimPlan) error {
 		}
 		plan.pods = append(plan.pods, pod)
 	}
+	if len(plan.pods) == 0 {
+		return fmt.Errorf("none of the pods it is reserved for (%s) is on this node yet, as the plugin's pod cache shows it; retrying",
+			namesSummary(missing))
+	}
 	return nil
+}
+
+// consumerKind names a reservedFor entry's resource, with its API group.
+func consumerKind(ref resourceapi.ResourceClaimConsumerReference) string {
+	if ref.APIGroup == "" {
+		return ref.Resource
+	}
+	return ref.Resource + "." + ref.APIGroup
+}
+
+// namesSummary lists up to three names and how many more there are, so
+// that a message stays short however many pods reserve a claim.
+func namesSummary(names []string) string {
+	const shown = 3
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
 }
 
 // grantedPod is the pod the claim's swap goes to: the first one that

@@ -54,7 +54,10 @@ type CheckpointStore interface {
 
 // PodGetter looks up the pods that use a claim.
 type PodGetter interface {
-	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// GetPod returns the pod of that name and UID. One it does not see
+	// yet, or sees only under another UID, it waits for a while; then it
+	// returns a NotFound error. It is called concurrently.
+	GetPod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error)
 }
 
 // EventSink tells a pod what prepare did that it should know.

@@ -53,11 +53,14 @@ type fakePods struct {
 	err  error
 }
 
-func (f *fakePods) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+// GetPod is what the plugin's cache answers once its wait is over: the pod
+// of that name and UID, else NotFound (a pod of that name with another UID
+// is an earlier pod of the same name).
+func (f *fakePods) GetPod(_ context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
-	if p, ok := f.pods[namespace+"/"+name]; ok {
+	if p, ok := f.pods[namespace+"/"+name]; ok && p.UID == uid {
 		return p, nil
 	}
 	return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
@@ -97,8 +100,12 @@ func newEnv(t testing.TB) *env {
 
 // newEnvIn is an env on the spec directory and checkpoint in dir, which
 // other envs (other plugin instances) may share.
+//
+// Its pod cache holds the pod "ns/pod" that newClaim's claims are reserved
+// for, with no containers: the kubelet prepares a claim only for a pod
+// bound to the node. Tests that look at containers replace it.
 func newEnvIn(t testing.TB, dir string) *env {
-	e := &env{t: t, specDir: filepath.Join(dir, "cdi"), pods: &fakePods{pods: map[string]*corev1.Pod{}}, cgroup: 1}
+	e := &env{t: t, specDir: filepath.Join(dir, "cdi"), pods: &fakePods{pods: map[string]*corev1.Pod{"ns/pod": pod(nil)}}, cgroup: 1}
 	var err error
 	e.writer, err = cdi.NewWriter(e.specDir, "/opt/dra-swap/bin/dra-swap-hook", "/run/dra-swap/hook")
 	if err != nil {
