@@ -154,7 +154,10 @@ func (s *podSource) forget(key string, ch chan struct{}) {
 	}
 }
 
-// trimPod keeps what the plugin reads of a pod.
+// trimPod keeps what the plugin reads of a pod: its claims, its
+// extended-resource claim with the requests of the containers that it maps
+// (the kubelet gives a container that claim's devices for a resource the
+// container requests), the priority class.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -167,12 +170,29 @@ func trimPod(obj any) (any, error) {
 			PriorityClassName: pod.Spec.PriorityClassName,
 			ResourceClaims:    pod.Spec.ResourceClaims,
 		},
-		Status: corev1.PodStatus{ResourceClaimStatuses: pod.Status.ResourceClaimStatuses},
+		Status: corev1.PodStatus{
+			ResourceClaimStatuses:       pod.Status.ResourceClaimStatuses,
+			ExtendedResourceClaimStatus: pod.Status.ExtendedResourceClaimStatus,
+		},
+	}
+	mapped := map[corev1.ResourceName]bool{}
+	if e := pod.Status.ExtendedResourceClaimStatus; e != nil {
+		for _, m := range e.RequestMappings {
+			mapped[corev1.ResourceName(m.ResourceName)] = true
+		}
 	}
 	trim := func(cs []corev1.Container) []corev1.Container {
 		out := make([]corev1.Container, len(cs))
 		for i, c := range cs {
 			out[i] = corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Claims: c.Resources.Claims}}
+			for name, q := range c.Resources.Requests {
+				if mapped[name] {
+					if out[i].Resources.Requests == nil {
+						out[i].Resources.Requests = corev1.ResourceList{}
+					}
+					out[i].Resources.Requests[name] = q
+				}
+			}
 		}
 		return out
 	}

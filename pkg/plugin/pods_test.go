@@ -6,7 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -98,5 +100,38 @@ func TestPodSourceWaitsForThePodsUID(t *testing.T) {
 	s.arrived(recreated)
 	if p, err := <-got, <-errs; err != nil || p.GetUID() != "new" {
 		t.Fatalf("GetPod = pod with UID %q, %v; want the recreated pod", p.GetUID(), err)
+	}
+}
+
+// The cache keeps what prepare reads of a pod: a container that asks for
+// swap as an extended resource is mapped to the scheduler's claim by the
+// pod's status, for the resources the container requests.
+func TestTrimPodKeepsTheExtendedResourceClaim(t *testing.T) {
+	const swapResource = "deviceclass.resource.kubernetes.io/dra.swap"
+	status := &corev1.PodExtendedResourceClaimStatus{
+		ResourceClaimName: "web-extended-resources-x7k2p",
+		RequestMappings:   []corev1.ContainerExtendedResourceRequest{{ContainerName: "app", ResourceName: swapResource, RequestName: "container-0-request-0"}},
+	}
+	requests := corev1.ResourceList{swapResource: resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("1")}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app",
+			Resources: corev1.ResourceRequirements{Requests: requests, Limits: requests}}}},
+		Status: corev1.PodStatus{ExtendedResourceClaimStatus: status},
+	}
+	obj, err := trimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed := obj.(*corev1.Pod)
+	if !equality.Semantic.DeepEqual(trimmed.Status.ExtendedResourceClaimStatus, status) {
+		t.Errorf("extended resource claim status = %+v, want %+v", trimmed.Status.ExtendedResourceClaimStatus, status)
+	}
+	want := corev1.ResourceList{swapResource: resource.MustParse("1")}
+	if got := trimmed.Spec.Containers[0].Resources.Requests; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("container's requests = %v, want only the mapped resource %v", got, want)
+	}
+	if trimmed.Labels != nil || trimmed.Spec.Containers[0].Image != "" || trimmed.Spec.Containers[0].Resources.Limits != nil {
+		t.Errorf("trimmed pod keeps what prepare does not read: %+v", trimmed)
 	}
 }

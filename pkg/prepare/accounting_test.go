@@ -326,3 +326,84 @@ func TestPrepareAnswersAsRecorded(t *testing.T) {
 		t.Fatalf("prepare = %+v, want the recorded v0.1.0 device", r)
 	}
 }
+
+// A container may ask for swap as an extended resource backed by DRA
+// (resources.limits: deviceclass.resource.kubernetes.io/dra.swap: 1): the
+// scheduler allocates it in a claim of its own, which the kubelet prepares
+// in the same call as the pod's other claims and maps to the container
+// through status.extendedResourceClaimStatus. It counts in the container's
+// total and in the pod's budget like any claim.
+func TestPrepareExtendedResourceClaim(t *testing.T) {
+	const (
+		resourceName = "deviceclass.resource.kubernetes.io/dra.swap"
+		extName      = "pod-extended-resources-x7k2p"
+		request      = "container-0-request-0"
+	)
+	tests := []struct {
+		name string
+		// containers' references to the claim x (100Mi); container a
+		// also asks for the extended resource (200Mi).
+		containers map[string][]string
+		wantBudget string // "" for none
+		// wantTotals: per claim, the containers that get its device and
+		// each one's total.
+		wantTotals map[string]map[string]int64
+	}{
+		{
+			name:       "one container with the extended resource, one with a claim",
+			containers: map[string][]string{"a": nil, "b": {"x"}},
+			wantTotals: map[string]map[string]int64{extName: {"a": 200 * mi}, "x": {"b": 100 * mi}},
+		},
+		{
+			name:       "the claim shared by two containers",
+			containers: map[string][]string{"a": nil, "b": {"x"}, "c": {"x"}},
+			wantBudget: "314572800",
+			wantTotals: map[string]map[string]int64{extName: {"a": 200 * mi}, "x": {"b": 100 * mi, "c": 100 * mi}},
+		},
+		{
+			name:       "the extended resource's container uses the claim too",
+			containers: map[string][]string{"a": {"x"}, "b": {"x"}},
+			wantBudget: "314572800",
+			wantTotals: map[string]map[string]int64{extName: {"a": 300 * mi}, "x": {"a": 300 * mi, "b": 100 * mi}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			got := map[string]map[string]int64{}
+			e.m.opts.Prepared = func(r ClaimReport) {
+				for _, res := range r.Results {
+					got[r.Claim.Name] = res.Containers
+				}
+			}
+			p := pod(tc.containers, "x")
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{resourceName: resource.MustParse("1")}
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{resourceName: resource.MustParse("1")}
+			p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{
+				ResourceClaimName: extName,
+				RequestMappings:   []corev1.ContainerExtendedResourceRequest{{ContainerName: "a", ResourceName: resourceName, RequestName: request}},
+			}
+			e.pods.pods["ns/pod"] = p
+			x := newClaim(uidA, "x", 100*mi)
+			ext := newClaim(uidB, extName, 200*mi, func(c *resourceapi.ResourceClaim) {
+				c.Spec.Devices.Requests[0].Name = request
+				c.Status.Allocation.Devices.Results[0].Request = request
+			})
+			for uid, r := range e.m.Prepare(testContext(t), []*resourceapi.ResourceClaim{x, ext}) {
+				if r.Err != nil {
+					t.Fatalf("%s: %v", uid, r.Err)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.wantTotals) {
+				t.Errorf("containers' totals per claim = %v, want %v", got, tc.wantTotals)
+			}
+			for _, uid := range []string{uidA, uidB} {
+				args := deviceArgs(device(t, e.spec(uid), uid, 0))
+				has := strings.Contains(args, "--pod-swap-limit=")
+				if tc.wantBudget == "" && has || tc.wantBudget != "" && !strings.Contains(args, "--pod-swap-limit="+tc.wantBudget) {
+					t.Errorf("claim %s: hook args %s, want pod budget %q", uid, args, tc.wantBudget)
+				}
+			}
+		})
+	}
+}

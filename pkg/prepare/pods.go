@@ -189,7 +189,9 @@ func resultIndexOf(uid types.UID, ids []string) int {
 
 // containerShares returns, for each container of the pod (init containers
 // first), the shares it uses: every result of a claim it references as a
-// whole, the results of one request for a reference naming a request.
+// whole, the results of one request for a reference naming a request, and
+// the results of the requests that the pod's extended-resource claim maps
+// to it.
 func containerShares(pod *corev1.Pod, sharesOf shareSource) [][]share {
 	var out [][]share
 	for _, c := range namedContainerShares(pod, sharesOf) {
@@ -205,6 +207,13 @@ type containerUse struct {
 }
 
 // namedContainerShares is containerShares with the containers' names.
+//
+// A container that asks for an extended resource backed by DRA (such as
+// deviceclass.resource.kubernetes.io/dra.swap) uses the claim the scheduler
+// created for the pod's extended resources, named in
+// status.extendedResourceClaimStatus: the requests its requestMappings map
+// to the container, for a resource the container requests, as the
+// kubelet's DRA manager hands their CDI devices to it.
 func namedContainerShares(pod *corev1.Pod, sharesOf shareSource) []containerUse {
 	// Pod-level claim name -> ResourceClaim name.
 	resolved := map[string]string{}
@@ -218,6 +227,7 @@ func namedContainerShares(pod *corev1.Pod, sharesOf shareSource) []containerUse 
 			resolved[s.Name] = *s.ResourceClaimName
 		}
 	}
+	extended := pod.Status.ExtendedResourceClaimStatus
 	var out []containerUse
 	visit := func(c *corev1.Container) {
 		used := map[string]share{}
@@ -229,6 +239,19 @@ func namedContainerShares(pod *corev1.Pod, sharesOf shareSource) []containerUse 
 			for _, s := range sharesOf(name) {
 				if ref.Request == "" || s.request == "" || s.request == ref.Request {
 					used[s.key()] = s
+				}
+			}
+		}
+		if extended != nil {
+			for _, m := range extended.RequestMappings {
+				q, ok := c.Resources.Requests[corev1.ResourceName(m.ResourceName)]
+				if m.ContainerName != c.Name || !ok || q.IsZero() {
+					continue
+				}
+				for _, s := range sharesOf(extended.ResourceClaimName) {
+					if s.request == m.RequestName {
+						used[s.key()] = s
+					}
 				}
 			}
 		}
@@ -313,7 +336,8 @@ func totalsFor(pod *corev1.Pod, sharesOf shareSource) (podTotals, []string) {
 	return t, conflicts
 }
 
-// podClaimNames are the names of the ResourceClaims the pod uses.
+// podClaimNames are the names of the ResourceClaims the pod uses, its
+// extended-resource claim included.
 func podClaimNames(pod *corev1.Pod) []string {
 	var names []string
 	resolved := map[string]bool{}
@@ -327,6 +351,9 @@ func podClaimNames(pod *corev1.Pod) []string {
 		if pc.ResourceClaimName != nil && !resolved[pc.Name] {
 			names = append(names, *pc.ResourceClaimName)
 		}
+	}
+	if e := pod.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
+		names = append(names, e.ResourceClaimName)
 	}
 	return names
 }

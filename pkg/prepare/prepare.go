@@ -99,7 +99,7 @@ type Options struct {
 // ClaimReport is what prepare granted for one claim.
 type ClaimReport struct {
 	Claim *resourceapi.ResourceClaim
-	// Pod is the pod the claim is granted to (empty when none exists).
+	// Pod is the pod the claim is granted to.
 	Pod types.NamespacedName
 	// PodSwapLimitBytes is the pod's swap budget, when it has one.
 	PodSwapLimitBytes *int64
