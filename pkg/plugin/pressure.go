@@ -61,6 +61,21 @@ func (w *pressureWatcher) taints() []resourceapi.DeviceTaint {
 	return out
 }
 
+// seed starts the monitor from the pressure taints an earlier instance
+// published (see Publisher.Seed): they stay, with their values and times,
+// until the clear rule clears them.
+func (w *pressureWatcher) seed(published []resourceapi.DeviceTaint) []string {
+	var taints []pressure.Taint
+	for _, t := range published {
+		since := w.now()
+		if t.TimeAdded != nil {
+			since = t.TimeAdded.Time
+		}
+		taints = append(taints, pressure.Taint{Key: t.Key, Value: t.Value, Since: since})
+	}
+	return w.monitor.Seed(taints)
+}
+
 // step takes one sample and acts on what changed.
 func (w *pressureWatcher) step(ctx context.Context) {
 	logger := klog.FromContext(ctx)

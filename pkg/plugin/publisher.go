@@ -48,10 +48,31 @@ type Publisher struct {
 	// Now is the clock (time.Now).
 	Now func() time.Time
 
-	taints deviceTaints
-	mu     sync.Mutex
-	state  publishedState
-	kicks  chan struct{}
+	// LockPath, if set, is the node's publish lock: a file every plugin
+	// instance on the node locks (flock) before it writes the node's
+	// ResourceSlice. During a rolling update the old and the new instance
+	// run together, and two ResourceSlice controllers publishing one pool
+	// undo each other's writes; so an instance publishes only while it
+	// holds the lock (see TakeOver). Without it, Sync always publishes.
+	LockPath string
+	// LockRetry is how often TakeOver tries the lock (time.Second).
+	LockRetry time.Duration
+	// ReadPublished, if set, returns the node's device as currently
+	// published (nil if none is). TakeOver calls it once it holds the
+	// lock, so the first publish keeps the taints published before.
+	ReadPublished func(ctx context.Context) (*resourceapi.Device, error)
+	// Seed, if set, is handed the published device's taints (see
+	// ReadPublished), for the pressure taints; TaintOvercommitted is
+	// seeded by the publisher itself.
+	Seed func(published []resourceapi.DeviceTaint)
+
+	taints  deviceTaints
+	mu      sync.Mutex
+	state   publishedState
+	kicks   chan struct{}
+	writing chan struct{} // closed once this instance publishes
+	writer  bool
+	unlock  func()
 }
 
 // Kick makes Run sync now (a taint came or went).
@@ -79,9 +100,13 @@ const (
 
 type publishedState struct {
 	synced bool
-	device *resourceapi.Device
-	reason string
-	facts  discovery.Facts
+	// published reports that device is what this instance published
+	// last; a sync before this instance became the writer computes the
+	// device (for Offer and Device) without publishing it.
+	published bool
+	device    *resourceapi.Device
+	reason    string
+	facts     discovery.Facts
 }
 
 // Facts returns the facts of the last successful sync.
@@ -127,6 +152,15 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		labels = maps.Clone(p.NodeLabels())
 	}
 	device, reason := slice.Device(facts, labels, p.Policy)
+	writer := p.isWriter()
+	if !writer {
+		// Another instance publishes: know the offer, leave the taints
+		// and their events to the writer.
+		p.mu.Lock()
+		p.state = publishedState{synced: true, device: device, reason: reason, facts: facts}
+		p.mu.Unlock()
+		return false, nil
+	}
 	var offer int64
 	if q, ok := device.Capacity[slice.CapacitySwap]; ok && reason == "" {
 		offer = q.Value.Value()
@@ -137,7 +171,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		device.Taints = append(device.Taints, p.ExtraTaints()...)
 	}
 	p.mu.Lock()
-	unchanged := p.state.synced && equality.Semantic.DeepEqual(device, p.state.device)
+	unchanged := p.state.published && equality.Semantic.DeepEqual(device, p.state.device)
 	if facts.SwapBehaviorProblem != "" && facts.SwapBehaviorProblem != p.state.facts.SwapBehaviorProblem {
 		logger.Info("Cannot tell the kubelet's swap behavior; publishing it as Unknown", "problem", facts.SwapBehaviorProblem)
 	}
@@ -157,7 +191,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 			"totalBytes", facts.TotalBytes, "swapBehavior", facts.SwapBehavior, "cgroupVersion", facts.CgroupVersion, "medium", facts.Medium)
 	}
 	p.mu.Lock()
-	p.state = publishedState{synced: true, device: device, reason: reason, facts: facts}
+	p.state = publishedState{synced: true, published: true, device: device, reason: reason, facts: facts}
 	p.mu.Unlock()
 	return true, nil
 }
@@ -219,24 +253,28 @@ func taintAction(verb, key string) string {
 
 func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
 
-// Run syncs every interval and whenever trigger fires, until ctx ends.
-// Errors are logged and retried at the next tick; the last published
-// slice stays in place meanwhile.
+// Run takes over publishing (TakeOver), then syncs at once, every
+// interval and whenever trigger fires, until ctx ends. Errors are logged
+// and retried at the next tick; the last published slice stays in place
+// meanwhile.
 func (p *Publisher) Run(ctx context.Context, interval time.Duration, trigger <-chan struct{}) {
 	logger := klog.FromContext(ctx)
+	if err := p.TakeOver(ctx); err != nil {
+		return // ctx ended
+	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	kicks := p.kickChan()
 	for {
+		if _, err := p.Sync(ctx); err != nil {
+			logger.Error(err, "Swap rediscovery failed; keeping the last published state")
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		case <-trigger:
 		case <-kicks:
-		}
-		if _, err := p.Sync(ctx); err != nil {
-			logger.Error(err, "Swap rediscovery failed; keeping the last published state")
 		}
 	}
 }

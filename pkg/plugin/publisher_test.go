@@ -39,6 +39,9 @@ func TestPublisherSync(t *testing.T) {
 			return nil
 		},
 	}
+	if err := p.TakeOver(ctx); err != nil {
+		t.Fatal(err)
+	}
 	devices := func(i int) int { return len(published[i].Pools["node-a"].Slices[0].Devices) }
 
 	steps := []struct {
@@ -127,6 +130,9 @@ func TestPublisherOvercommitTaint(t *testing.T) {
 		NodeEvent: func(eventType, reason, action, message string) {
 			events = append(events, event{eventType, reason, action, message})
 		},
+	}
+	if err := p.TakeOver(ctx); err != nil {
+		t.Fatal(err)
 	}
 	taints := func() []string {
 		var keys []string

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -182,7 +183,15 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		}
 		return nil
 	}
-	publisher := &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, NodeLabels: nodeLabels}
+	// One writer per slice: the instance holding the publish lock (see
+	// Publisher.TakeOver). Given up after the helper stopped (defers run
+	// last to first), whose ResourceSlice controller writes until then.
+	publisher := &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, NodeLabels: nodeLabels,
+		LockPath: filepath.Join(cfg.PluginDataDir, "publish.lock"),
+		ReadPublished: func(ctx context.Context) (*resourceapi.Device, error) {
+			return publishedDevice(ctx, client, cfg.DriverName, cfg.NodeName)
+		}}
+	defer publisher.Close()
 	publisher.Discover = func(ctx context.Context) (discovery.Facts, error) {
 		f, err := discovery.Discover(ctx, cfg.Discovery)
 		if err == nil {
@@ -257,6 +266,11 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 			monitor: monitor, metrics: metrics, nodeEvent: publisher.NodeEvent, kick: publisher.Kick, now: time.Now,
 		}
 		publisher.ExtraTaints = watcher.taints
+		publisher.Seed = func(published []resourceapi.DeviceTaint) {
+			if keys := watcher.seed(published); len(keys) > 0 {
+				logger.Info("Keeping the pressure taints published before until they clear", "taints", keys)
+			}
+		}
 		logger.Info("Watching memory pressure and swap use for the device's taints", "interval", cfg.PressureInterval,
 			"kubepodsCgroup", watcher.source.CgroupV2KubepodsPath, "config", cfg.Pressure)
 	}
@@ -308,6 +322,8 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	probes.started(helper)
 	publisher.Publish = helper.PublishResources
 
+	// The first sync learns the offer for prepare; Run publishes once this
+	// instance holds the publish lock and has read the published taints.
 	if _, err := publisher.Sync(ctx); err != nil {
 		return err
 	}
@@ -323,7 +339,15 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	wg.Go(func() { emitter.Run(ctx, time.Second) })
 	wg.Go(func() { verifier.Run(ctx, cfg.VerifyInterval) })
 	if watcher != nil {
-		wg.Go(func() { watcher.run(ctx, cfg.PressureInterval) })
+		// Sampling starts with publishing: the writer's monitor, seeded
+		// with the published taints, is the one that decides them.
+		wg.Go(func() {
+			select {
+			case <-ctx.Done():
+			case <-publisher.Writing():
+				watcher.run(ctx, cfg.PressureInterval)
+			}
+		})
 	}
 	if cfg.ClaimUsageMetrics {
 		metrics.enableClaimUsage()

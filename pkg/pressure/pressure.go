@@ -146,6 +146,29 @@ func (m *Monitor) Observe(now time.Time, s Sample) []Transition {
 	return out
 }
 
+// Seed sets taints that an earlier instance of the plugin published, so
+// that a restart does not drop them: each keeps its value and Since and
+// clears only by the clear rule (low for ClearAfter). Keys other than
+// TaintMemoryPressure and TaintSwapFull, and values that are not valid
+// taint values, are ignored; a condition already set keeps its own value.
+// It returns the keys it set. Call it before the first Observe.
+func (m *Monitor) Seed(taints []Taint) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var seeded []string
+	for _, t := range taints {
+		for i := range m.conds {
+			c := &m.conds[i]
+			if c.key != t.Key || c.active || !validTaintValue(t.Value) {
+				continue
+			}
+			c.active, c.value, c.since, c.pending = true, t.Value, t.Since, false
+			seeded = append(seeded, c.key)
+		}
+	}
+	return seeded
+}
+
 // Active returns the taints that are set, sorted by key.
 func (m *Monitor) Active() []Taint {
 	m.mu.Lock()
