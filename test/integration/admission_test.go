@@ -34,15 +34,35 @@ const (
 // nor the webhooks, which no controller serves).
 func installChartPolicies(t *testing.T, s *framework.APIServer) {
 	t.Helper()
+	createChartNamespace(t, s)
+	applyChart(t, s, policyKinds())
+}
+
+// policyKinds are the kinds of the chart that decide who may write what.
+func policyKinds() map[string]bool {
+	return map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+}
+
+// createChartNamespace creates the release's namespace and its default
+// ServiceAccount (no controller-manager runs).
+func createChartNamespace(t *testing.T, s *framework.APIServer) {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// No controller-manager runs: the namespace's default ServiceAccount.
 	if _, err := s.Client.CoreV1().ServiceAccounts(chartNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runHelm(t, "template", "dra-driver-swap", chartDir, "--namespace", chartNamespace)
+}
+
+// applyChart server-side applies the objects of kinds of the chart
+// rendered with helmArgs (release dra-driver-swap in chartNamespace).
+func applyChart(t *testing.T, s *framework.APIServer, kinds map[string]bool, helmArgs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	out, err := runHelm(t, append([]string{"template", "dra-driver-swap", chartDir, "--namespace", chartNamespace}, helmArgs...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +74,6 @@ func installChartPolicies(t *testing.T, s *framework.APIServer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
-		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 	for _, u := range objs {
 		if !kinds[u.GetKind()] {
 			continue
@@ -169,6 +187,81 @@ func TestAdmissionPolicies(t *testing.T) {
 		// pod carries no node.
 		_, err = tokenClient(t, s, chartNamespace, pluginSA, nil).ResourceV1().ResourceSlices().Create(ctx, driverSlice("node-a", "dra.swap"), metav1.CreateOptions{})
 		refused(t, "an unbound token of the plugin", err, "no node association found")
+	})
+
+	t.Run("the plugin writes no other driver's slices and no other pool", func(t *testing.T) {
+		// Another driver's slices on the plugin's own node and on another,
+		// published by an admin (standing in for that driver's plugin).
+		var others []*resourceapi.ResourceSlice
+		for _, node := range []string{"node-a", "node-b"} {
+			other, err := s.Client.ResourceV1().ResourceSlices().Create(ctx, driverSlice(node, "gpu.example.com"), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			others = append(others, other)
+		}
+		allNodes := driverSlice("node-a", "dra.swap")
+		allNodes.Spec.NodeName, allNodes.Spec.AllNodes = nil, ptr.To(true)
+		otherPool := driverSlice("node-a", "dra.swap")
+		otherPool.Spec.Pool.Name = "node-b"
+		madeUp := driverSlice("node-a", "made-up.example.com")
+		madeUp.Spec.NodeName, madeUp.Spec.AllNodes = nil, ptr.To(true)
+		for _, c := range []struct {
+			what  string
+			slice *resourceapi.ResourceSlice
+			want  string
+		}{
+			{"create another driver's slice on its own node", driverSlice("node-a", "gpu.example.com"), "may write only ResourceSlices of driver dra.swap, not of driver gpu.example.com"},
+			{"create a slice of a made-up driver for all nodes", madeUp, "may write only ResourceSlices of driver dra.swap, not of driver made-up.example.com"},
+			{"publish a dra.swap slice in the pool of another node", otherPool, "may publish only its node's pool"},
+			{"publish a dra.swap slice for all nodes", allNodes, "the dra.swap kubelet plugin on node node-a may"},
+		} {
+			_, err := slices.Create(ctx, c.slice, metav1.CreateOptions{})
+			refused(t, "the plugin on node-a trying to "+c.what, err, c.want)
+		}
+		for _, other := range others {
+			changed := other.DeepCopy()
+			changed.Spec.Pool.Generation++
+			_, err := slices.Update(ctx, changed, metav1.UpdateOptions{})
+			refused(t, "the plugin updating "+*other.Spec.NodeName+"'s gpu.example.com slice", err, "not of driver gpu.example.com")
+			err = slices.Delete(ctx, other.Name, metav1.DeleteOptions{})
+			refused(t, "the plugin deleting "+*other.Spec.NodeName+"'s gpu.example.com slice", err, "not of driver gpu.example.com")
+		}
+		// deletecollection: the chart grants no such verb (the kubelet
+		// plugin helper deletes by name) ...
+		err := slices.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the plugin's deletecollection of ResourceSlices: got %v, want forbidden by RBAC", err)
+		}
+		// ... and were it granted, admission, which the API server runs
+		// for each item as its DELETE, lets it delete only its own node's
+		// dra.swap slices.
+		grant(t, s, "plugin-deletecollection", rbacv1.Subject{Kind: "ServiceAccount", Name: pluginSA, Namespace: chartNamespace},
+			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"deletecollection"}})
+		own, err := slices.Create(ctx, driverSlice("node-a", "dra.swap"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("the plugin creating its own node's slice: %v", err)
+		}
+		for _, selector := range []string{"", "spec.driver=gpu.example.com", "spec.nodeName=node-a"} {
+			err = slices.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: selector})
+			refused(t, "the plugin's deletecollection of ResourceSlices "+selector, err, "not of driver gpu.example.com")
+		}
+		for _, other := range others {
+			if _, err := s.Client.ResourceV1().ResourceSlices().Get(ctx, other.Name, metav1.GetOptions{}); err != nil {
+				t.Errorf("%s's gpu.example.com slice after the plugin's deletecollection: %v", *other.Spec.NodeName, err)
+			}
+		}
+		if err := slices.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.driver=dra.swap,spec.nodeName=node-a"}); err != nil {
+			t.Errorf("the plugin's deletecollection of its own node's dra.swap slices: %v", err)
+		}
+		if _, err := s.Client.ResourceV1().ResourceSlices().Get(ctx, own.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the plugin's own slice after its deletecollection: got %v, want deleted", err)
+		}
+		for _, other := range others {
+			if err := s.Client.ResourceV1().ResourceSlices().Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 
 	t.Run("no one else writes the driver's slices", func(t *testing.T) {
