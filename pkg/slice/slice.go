@@ -39,6 +39,12 @@ const (
 	AttrCgroupVersion resourceapi.QualifiedName = "cgroupVersion"
 	AttrKernelVersion resourceapi.QualifiedName = "kernelVersion"
 	AttrTmpfsNoswap   resourceapi.QualifiedName = "tmpfsNoswap"
+	// AttrSwapLimitExact is true where a container's swap limit bounds
+	// its swap alone (cgroup v2 memory.swap.max), false where it bounds
+	// memory and swap together (v1 memory.memsw.limit_in_bytes = memory
+	// limit + claim: global reclaim may swap out up to the memory limit on
+	// top of the claim).
+	AttrSwapLimitExact resourceapi.QualifiedName = "swapLimitExact"
 	// AttrUsable is false on a node that offers no swap.
 	AttrUsable resourceapi.QualifiedName = "usable"
 )
@@ -164,6 +170,8 @@ func attributes(facts discovery.Facts, nodeLabels map[string]string) map[resourc
 		AttrZswap:         {BoolValue: ptr.To(facts.Zswap)},
 		AttrCgroupVersion: {IntValue: ptr.To(int64(facts.CgroupVersion))},
 		AttrTmpfsNoswap:   {BoolValue: ptr.To(facts.TmpfsNoswap)},
+		// Only cgroup v2 has a limit on swap alone.
+		AttrSwapLimitExact: {BoolValue: ptr.To(facts.CgroupVersion == 2)},
 	}
 	if facts.KernelVersion != "" {
 		attrs[AttrKernelVersion] = resourceapi.DeviceAttribute{VersionValue: ptr.To(facts.KernelVersion)}

@@ -223,3 +223,32 @@ func TestResources(t *testing.T) {
 		t.Fatalf("Resources without device = %+v, want one empty slice", empty)
 	}
 }
+
+// swapLimitExact says whether the container's swap limit bounds its swap
+// alone (cgroup v2 memory.swap.max) or memory and swap together (v1
+// memory.memsw.limit_in_bytes, under which global reclaim may swap out up
+// to the memory limit on top of the claim). Published on every node,
+// usable or not, so a DeviceClass can require it.
+func TestSwapLimitExactAttribute(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		cgroupVersion int
+		totalBytes    int64
+		want          bool
+	}{
+		{name: "cgroup v2", cgroupVersion: 2, totalBytes: 4 * gi, want: true},
+		{name: "cgroup v1", cgroupVersion: 1, totalBytes: 4 * gi, want: false},
+		{name: "cgroup v2 without swap", cgroupVersion: 2, want: true},
+		{name: "cgroup version unknown", cgroupVersion: 0, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			facts := usableFacts()
+			facts.CgroupVersion, facts.TotalBytes = tc.cgroupVersion, tc.totalBytes
+			dev, _ := Device(facts, nil, Policy{OvercommitRatio: 1})
+			a, ok := dev.Attributes[AttrSwapLimitExact]
+			if !ok || a.BoolValue == nil || *a.BoolValue != tc.want {
+				t.Errorf("attribute %s = %+v (present %v), want %v", AttrSwapLimitExact, a, ok, tc.want)
+			}
+		})
+	}
+}
