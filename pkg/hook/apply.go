@@ -40,10 +40,13 @@ func Run(args []string, stdin io.Reader) error {
 // The outcome, applied or not, is left in a record for the kubelet plugin
 // to turn into an event on the pod (package podevents).
 func Apply(cfg Config, req Request, state *specs.State) error {
-	total, version, err := apply(cfg, req, state)
+	total, podLimit, version, err := apply(cfg, req, state)
 	if r, ok := podevents.FromAnnotations(state.Annotations); ok {
 		r.LimitBytes, r.CgroupVersion, r.Time = total.SwapLimit, version, time.Now()
 		r.PodLimitBytes = req.Share.PodSwapLimit
+		if podLimit != nil {
+			r.PodLimitBytes = podLimit
+		}
 		r.Claims = []string{req.ClaimUID}
 		if dir, derr := hookstate.Dir(cfg.StateDir, state.ID); err == nil && derr == nil {
 			if claims, cerr := hookstate.Claims(dir); cerr == nil && len(claims) > 0 {
@@ -61,32 +64,42 @@ func Apply(cfg Config, req Request, state *specs.State) error {
 	return err
 }
 
-func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, int, error) {
+// apply returns the container's settings and the pod budget it applied
+// (nil when none).
+func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, *int64, int, error) {
 	var total cgroupswap.Settings
 	name := ContainerName(state)
 	if state.Pid <= 0 {
-		return total, 0, fmt.Errorf("container %s: OCI state has no process id (pid %d)", name, state.Pid)
+		return total, nil, 0, fmt.Errorf("container %s: OCI state has no process id (pid %d)", name, state.Pid)
 	}
 	r, isPod := podevents.FromAnnotations(state.Annotations)
 	if req.PodUID != "" && (!isPod || r.PodUID != req.PodUID) {
 		// A claim's swap was charged once, for one pod (see pkg/prepare).
-		return total, 0, fmt.Errorf("container %s: claim %s grants its swap to pod %s only, and this container belongs to pod %s: "+
+		return total, nil, 0, fmt.Errorf("container %s: claim %s grants its swap to pod %s only, and this container belongs to pod %s: "+
 			"a swap claim serves one pod (give each pod its own claim with a ResourceClaimTemplate)", name, req.ClaimUID, req.PodUID, orUnknown(r.PodUID))
 	}
 	target, err := findCgroup(cfg, state, name)
 	if err != nil {
-		return total, 0, err
+		return total, nil, 0, err
 	}
 	dir, err := hookstate.Dir(cfg.StateDir, state.ID)
 	if err != nil {
-		return total, target.Version, err
+		return total, nil, target.Version, err
 	}
 	var pod cgroupswap.Target
 	if req.Share.PodSwapLimit != nil {
 		if pod, err = podCgroup(target, r); err != nil {
-			return total, target.Version, err
+			return total, nil, target.Version, err
 		}
 	}
+	// Records change and are applied under the state directory's lock,
+	// which the verifier takes to read them: it never sees them
+	// half-written or half-applied.
+	unlock, err := hookstate.Lock(cfg.StateDir)
+	if err != nil {
+		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
+	}
+	defer unlock()
 	// The container's record first: with it, the kubelet plugin can find
 	// the cgroup of every container that has a share.
 	c := hookstate.Container{ID: state.ID, CgroupVersion: target.Version, CgroupGroup: target.Group, PodCgroupGroup: pod.Group}
@@ -97,24 +110,35 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, in
 		c.PodCgroupGroup = old.PodCgroupGroup // another claim's run found it
 	}
 	if err := hookstate.WriteContainer(dir, c); err != nil {
-		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
+		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
 	if err := hookstate.Record(dir, req.ShareKey(), req.Share); err != nil {
-		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
+		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
 	totals, err := hookstate.Sum(dir)
 	if err != nil {
-		return total, target.Version, fmt.Errorf("container %s: %w", name, err)
+		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
 	if err := cgroupswap.Apply(target, totals.Container); err != nil {
-		return totals.Container, target.Version, err
+		return totals.Container, nil, target.Version, err
 	}
-	if pod, ok := c.PodTarget(target.Root); ok && totals.PodSwapLimit != nil {
-		if err := cgroupswap.Apply(pod, cgroupswap.Settings{SwapLimit: *totals.PodSwapLimit}); err != nil {
-			return totals.Container, target.Version, fmt.Errorf("container %s: the pod's swap budget: %w", name, err)
-		}
+	podTarget, ok := c.PodTarget(target.Root)
+	if !ok {
+		return totals.Container, nil, target.Version, nil
 	}
-	return totals.Container, target.Version, nil
+	// One budget for the pod's cgroup, whichever of its containers' hooks
+	// runs: the largest that their records hold.
+	podLimit, err := hookstate.PodSwapLimit(cfg.StateDir, c.PodCgroupGroup)
+	if err != nil {
+		return totals.Container, nil, target.Version, fmt.Errorf("container %s: the pod's swap budget: %w", name, err)
+	}
+	if podLimit == nil {
+		return totals.Container, nil, target.Version, nil
+	}
+	if err := cgroupswap.Apply(podTarget, cgroupswap.Settings{SwapLimit: *podLimit}); err != nil {
+		return totals.Container, nil, target.Version, fmt.Errorf("container %s: the pod's swap budget: %w", name, err)
+	}
+	return totals.Container, podLimit, target.Version, nil
 }
 
 func orUnknown(s string) string {
@@ -141,8 +165,14 @@ func podCgroup(container cgroupswap.Target, r podevents.Record) (cgroupswap.Targ
 	return pod, nil
 }
 
-// Cleanup removes the container's records (poststop).
+// Cleanup removes the container's records (poststop), under the state
+// directory's lock: the verifier never reads them half-removed.
 func Cleanup(cfg Config, state *specs.State) error {
+	unlock, err := hookstate.Lock(cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", ContainerName(state), err)
+	}
+	defer unlock()
 	if err := hookstate.Remove(cfg.StateDir, state.ID); err != nil {
 		return fmt.Errorf("container %s: %w", ContainerName(state), err)
 	}

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
@@ -187,4 +189,80 @@ func TestPodBudgetRefusals(t *testing.T) {
 			t.Fatalf("error = %v", err)
 		}
 	})
+}
+
+// Containers of one pod may carry different budgets (claims prepared in
+// different kubelet calls): whichever container's hook runs last, the
+// pod's cgroup holds the largest of them.
+func TestPodBudgetIsTheLargestOfItsContainers(t *testing.T) {
+	const (
+		cid2 = "7b1e5f0a2c"
+		pid2 = 4343
+	)
+	podGroup := "/kubepods/burstable/pod" + testPodUID
+	p := newPodNode(t, 2, podGroup)
+	writeFile(t, filepath.Join(p.proc, fmt.Sprint(pid2), "cgroup"), "0::"+podGroup+"/"+cid2+"\n")
+	writeFile(t, filepath.Join(p.cgroup, podGroup, cid2, "memory.swap.max"), "0\n")
+	// The second container's claims were prepared knowing the pod's 300Mi.
+	if err := Run(p.args("--swap-limit=314572800", "--claim-uid="+claimB, "--result-index=0", "--pod-uid="+testPodUID, "--pod-swap-limit=314572800"),
+		strings.NewReader(stateJSON(cid2, pid2))); err != nil {
+		t.Fatal(err)
+	}
+	// The first container's claim was prepared before: it knew 100Mi.
+	if err := p.run("--swap-limit=104857600", "--claim-uid="+claimA, "--result-index=0", "--pod-uid="+testPodUID, "--pod-swap-limit=104857600"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.podLimit(); got != p.wantPod(300<<20) {
+		t.Errorf("pod limit = %s, want the largest budget %s", got, p.wantPod(300<<20))
+	}
+	if got := p.limit(); got != p.want(100<<20) {
+		t.Errorf("container limit = %s, want its own %s", got, p.want(100<<20))
+	}
+}
+
+// The hook changes and applies records only under the state directory's
+// lock: while the verifier holds it, the hook waits (as /proc/locks
+// shows), writing nothing, and goes on once the verifier lets go.
+func TestApplyWaitsForTheVerifier(t *testing.T) {
+	n := newNode(t, 2)
+	n.t = t
+	runlock, ok, err := hookstate.RLock(n.state, time.Nanosecond)
+	if err != nil || !ok {
+		t.Fatalf("RLock: %v, %v", ok, err)
+	}
+	fi, err := os.Stat(filepath.Join(n.state, hookstate.LockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inode := fmt.Sprintf(":%d ", fi.Sys().(*syscall.Stat_t).Ino)
+	done := make(chan error, 1)
+	go func() { done <- n.run("--swap-limit=104857600", "--claim-uid="+claimA, "--result-index=0") }()
+	for waiting := false; !waiting; {
+		select {
+		case err := <-done:
+			runlock()
+			t.Fatalf("the hook ran (%v) while the verifier held the records' lock", err)
+		default:
+		}
+		locks, err := os.ReadFile("/proc/locks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(locks), "\n") {
+			if strings.Contains(l, "->") && strings.Contains(l, "FLOCK") && strings.Contains(l, inode) {
+				waiting = true
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(n.state, cid)); !os.IsNotExist(err) || n.limit() != "0" {
+		t.Errorf("the hook wrote while waiting: records %v, swap.max %s", err, n.limit())
+	}
+	runlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := n.limit(); got != n.want(100<<20) {
+		t.Errorf("swap.max = %s after the verifier let go, want %s", got, n.want(100<<20))
+	}
 }

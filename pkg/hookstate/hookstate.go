@@ -11,7 +11,12 @@
 //
 //	<state-dir>/<container-id>/<claim-uid>[.<n>] a Share (JSON)
 //	<state-dir>/<container-id>/container.json   a Container (JSON)
+//	<state-dir>/.lock                           see Lock
 //	<state-dir>/.events/                        package podevents
+//
+// The hook changes records and applies them under Lock; the verifier
+// reads records and cgroups under RLock, so that it never takes a
+// container's records half-written, or its limits half-applied, for drift.
 package hookstate
 
 import (
@@ -25,6 +30,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cgroupswap"
 )
@@ -32,6 +40,8 @@ import (
 const (
 	// ContainerFile holds a container's Container record.
 	ContainerFile = "container.json"
+	// LockFile, in the state directory, is the lock of Lock and RLock.
+	LockFile = ".lock"
 	// MaxSwapBytes bounds a share and a sum.
 	MaxSwapBytes = int64(1) << 62
 
@@ -374,4 +384,120 @@ func readFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileBytes)
 	}
 	return data, nil
+}
+
+// Lock takes the state directory's lock exclusively, waiting as long as
+// readers hold it (they only read files and write cgroup files). The hook
+// holds it while it changes a container's records and applies them. The
+// returned function releases it.
+func Lock(stateDir string) (unlock func(), err error) {
+	f, err := openLock(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// lockPoll is how often RLock tries again while a writer holds the lock.
+const lockPoll = 5 * time.Millisecond
+
+// RLock takes the state directory's lock shared, for reading records and
+// holding cgroups to them, trying for up to wait while the hook holds it;
+// ok is false when it held it all that time (nothing is locked then).
+func RLock(stateDir string, wait time.Duration) (unlock func(), ok bool, err error) {
+	f, err := openLock(stateDir)
+	if err != nil {
+		return nil, false, err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return func() { f.Close() }, true, nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			f.Close()
+			return nil, false, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		if !time.Now().Before(deadline) {
+			f.Close()
+			return nil, false, nil
+		}
+		time.Sleep(lockPoll)
+	}
+}
+
+func openLock(stateDir string) (*os.File, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create hook state directory %s: %w", stateDir, err)
+	}
+	path := filepath.Join(stateDir, LockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open hook state lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// PodSwapLimits returns each pod cgroup's swap budget (keyed by a
+// Container's PodCgroupGroup): the largest PodSwapLimit recorded by any
+// share of any container in it. Containers of one pod may record
+// different budgets (a claim prepared before another of the pod was known
+// holds a smaller one); the pod's cgroup gets one, the largest. Containers
+// whose records cannot be read are left out (their own checks report
+// them). Call it under Lock or RLock.
+func PodSwapLimits(stateDir string) (map[string]int64, error) {
+	return podSwapLimits(stateDir, "")
+}
+
+// PodSwapLimit is the budget of one pod cgroup, as PodSwapLimits has it;
+// nil when no container in it records one.
+func PodSwapLimit(stateDir, podCgroupGroup string) (*int64, error) {
+	if podCgroupGroup == "" {
+		return nil, nil
+	}
+	limits, err := podSwapLimits(stateDir, podCgroupGroup)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := limits[podCgroupGroup]; ok {
+		return &v, nil
+	}
+	return nil, nil
+}
+
+// podSwapLimits is PodSwapLimits for all pod cgroups, or for only one.
+func podSwapLimits(stateDir, only string) (map[string]int64, error) {
+	ids, err := List(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	limits := map[string]int64{}
+	for _, id := range ids {
+		dir := filepath.Join(stateDir, id)
+		c, err := ReadContainer(dir)
+		if err != nil || c.PodCgroupGroup == "" || only != "" && c.PodCgroupGroup != only {
+			continue
+		}
+		t, err := Sum(dir)
+		if err != nil || t.PodSwapLimit == nil {
+			continue
+		}
+		if v, ok := limits[c.PodCgroupGroup]; !ok || *t.PodSwapLimit > v {
+			limits[c.PodCgroupGroup] = *t.PodSwapLimit
+		}
+	}
+	return limits, nil
 }

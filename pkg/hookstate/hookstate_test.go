@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/utils/ptr"
 
@@ -435,5 +436,76 @@ func TestRemove(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
 		t.Errorf("file outside the state directory: %v", err)
+	}
+}
+
+// The pod's cgroup gets one budget, the largest that any of its
+// containers' records holds; unreadable records are left out.
+func TestPodSwapLimits(t *testing.T) {
+	state := t.TempDir()
+	record := func(id, podGroup string, limits ...int64) {
+		t.Helper()
+		dir := filepath.Join(state, id)
+		c := Container{ID: id, CgroupVersion: 2, CgroupGroup: podGroup + "/" + id, PodCgroupGroup: podGroup}
+		if err := WriteContainer(dir, c); err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range limits {
+			if err := Record(dir, ShareKey(claimA, i), Share{SwapLimit: l, PodSwapLimit: ptr.To(l)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const pod1, pod2, pod3 = "/kubepods/pod1", "/kubepods/pod2", "/kubepods/pod3"
+	record("c1", pod1, 100)
+	record("c2", pod1, 300, 200)
+	record("c3", pod2, 50)
+	record("c4", pod2, 70)
+	writeFile(t, filepath.Join(state, "c4", ShareKey(claimB, 0)), "{half") // a record the writer left broken
+	record("c5", pod3)                                                     // no budget
+	if err := WriteContainer(filepath.Join(state, "c6"), Container{ID: "c6", CgroupVersion: 2, CgroupGroup: "/c6"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := PodSwapLimits(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int64{pod1: 300, pod2: 50}; !reflect.DeepEqual(got, want) {
+		t.Errorf("PodSwapLimits = %v, want %v", got, want)
+	}
+	for group, want := range map[string]*int64{pod1: ptr.To[int64](300), pod2: ptr.To[int64](50), pod3: nil, "": nil} {
+		if got, err := PodSwapLimit(state, group); err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("PodSwapLimit(%q) = %v, %v; want %v", group, ptr.Deref(got, -1), err, ptr.Deref(want, -1))
+		}
+	}
+}
+
+// The hook's Lock excludes the verifier's RLock, which gives up after its
+// wait; readers share it.
+func TestLock(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	unlock, err := Lock(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := RLock(state, time.Nanosecond); ok || err != nil {
+		t.Fatalf("RLock while the hook holds the lock: %v, %v; want not taken", ok, err)
+	}
+	unlock()
+	runlock, ok, err := RLock(state, time.Nanosecond)
+	if !ok || err != nil {
+		t.Fatalf("RLock after the hook released it: %v, %v", ok, err)
+	}
+	defer runlock()
+	runlock2, ok, err := RLock(state, time.Nanosecond)
+	if !ok || err != nil {
+		t.Fatalf("second RLock: %v, %v; want shared", ok, err)
+	}
+	runlock2()
+	if names := names(t, state); !slices.Equal(names, []string{LockFile}) {
+		t.Errorf("state directory holds %v, want only the lock", names)
+	}
+	if ids, err := List(state); err != nil || len(ids) != 0 {
+		t.Errorf("List = %v, %v; the lock is no container", ids, err)
 	}
 }

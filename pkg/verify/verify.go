@@ -63,11 +63,18 @@ const (
 	Restored
 	// Failed: the limit differed and could not be restored.
 	Failed
+	// Busy: the hook was changing records all the time the check waited
+	// (LockWait); nothing was read or written.
+	Busy
 )
 
 func (o Outcome) String() string {
-	return [...]string{"gone", "held", "restored", "failed"}[o]
+	return [...]string{"gone", "held", "restored", "failed", "busy"}[o]
 }
+
+// DefaultLockWait is how long a check waits for the hook to finish
+// changing records (it holds their lock for a few file writes).
+const DefaultLockWait = 2 * time.Second
 
 // Verifier checks containers against the hook's records.
 type Verifier struct {
@@ -75,6 +82,9 @@ type Verifier struct {
 	// root (both as this process sees them).
 	StateDir, CgroupRoot string
 	Reporter             Reporter
+	// LockWait bounds how long a check waits for the hook to finish
+	// changing records (see hookstate.RLock); zero: DefaultLockWait.
+	LockWait time.Duration
 	// mu orders checks: an NRI event and the interval never write one
 	// container's cgroup at once.
 	mu sync.Mutex
@@ -85,10 +95,32 @@ type Verifier struct {
 func (v *Verifier) Check(ctx context.Context, containerID, trigger string) (Outcome, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.check(ctx, containerID, trigger)
+	unlock, ok, err := hookstate.RLock(v.StateDir, v.lockWait())
+	if err != nil {
+		return Failed, err
+	}
+	if !ok {
+		return Busy, nil
+	}
+	defer unlock()
+	budget := func(podGroup string) (*int64, error) { return hookstate.PodSwapLimit(v.StateDir, podGroup) }
+	return v.check(ctx, containerID, trigger, budget, map[string]bool{})
 }
 
-func (v *Verifier) check(ctx context.Context, containerID, trigger string) (Outcome, error) {
+func (v *Verifier) lockWait() time.Duration {
+	if v.LockWait == 0 {
+		return DefaultLockWait
+	}
+	return v.LockWait
+}
+
+// podBudget returns a pod cgroup's budget (nil: none).
+type podBudget func(podGroup string) (*int64, error)
+
+// check checks one container under the records' lock. Its pod's cgroup is
+// checked unless podsDone has it, and then added to it: one write of one
+// budget per pod cgroup, whichever containers hold it.
+func (v *Verifier) check(ctx context.Context, containerID, trigger string, budget podBudget, podsDone map[string]bool) (Outcome, error) {
 	dir, err := hookstate.Dir(v.StateDir, containerID)
 	if err != nil {
 		return Failed, err
@@ -116,8 +148,17 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string) (Outc
 	if outcome == Gone || outcome == Failed {
 		return outcome, err
 	}
-	if pod, ok := c.PodTarget(v.CgroupRoot); ok && totals.PodSwapLimit != nil {
-		podOutcome, err := v.hold(ctx, c, pod, true, cgroupswap.Settings{SwapLimit: *totals.PodSwapLimit}, trigger)
+	pod, ok := c.PodTarget(v.CgroupRoot)
+	if !ok || podsDone[c.PodCgroupGroup] {
+		return outcome, nil
+	}
+	limit, err := budget(c.PodCgroupGroup)
+	if err != nil {
+		return Failed, fmt.Errorf("container %s: the pod's swap budget: %w", c, err)
+	}
+	if limit != nil {
+		podsDone[c.PodCgroupGroup] = true
+		podOutcome, err := v.hold(ctx, c, pod, true, cgroupswap.Settings{SwapLimit: *limit}, trigger)
 		switch {
 		case podOutcome == Failed:
 			return Failed, err
@@ -185,6 +226,9 @@ func (v *Verifier) gone(t cgroupswap.Target) bool {
 // Summary counts a pass's outcomes.
 type Summary struct {
 	Held, Restored, Failed, Removed int
+	// Busy counts the containers not checked because the hook was
+	// changing records all the time the pass waited.
+	Busy int
 }
 
 // CheckAll checks every container that has records. The records of a
@@ -196,13 +240,35 @@ func (v *Verifier) CheckAll(ctx context.Context, trigger string, minAge time.Dur
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var sum Summary
+	unlock, ok, err := hookstate.RLock(v.StateDir, v.lockWait())
+	if err != nil {
+		return sum, err
+	}
+	if !ok {
+		ids, err := hookstate.List(v.StateDir)
+		sum.Busy = len(ids)
+		return sum, err
+	}
+	defer unlock()
 	ids, err := hookstate.List(v.StateDir)
 	if err != nil {
 		return sum, err
 	}
+	// Each pod cgroup's budget, from all its containers' records at once.
+	budgets, err := hookstate.PodSwapLimits(v.StateDir)
+	if err != nil {
+		return sum, err
+	}
+	budget := func(podGroup string) (*int64, error) {
+		if b, ok := budgets[podGroup]; ok {
+			return &b, nil
+		}
+		return nil, nil
+	}
+	podsDone := map[string]bool{}
 	var errs []error
 	for _, id := range ids {
-		outcome, err := v.check(ctx, id, trigger)
+		outcome, err := v.check(ctx, id, trigger, budget, podsDone)
 		switch outcome {
 		case Held:
 			sum.Held++

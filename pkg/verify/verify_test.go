@@ -284,3 +284,94 @@ func TestCheckAllRemovesRecordsOfGoneContainers(t *testing.T) {
 		t.Errorf("records of a live container: %v", err)
 	}
 }
+
+// Containers of one pod may record different budgets (claims prepared in
+// different kubelet calls): the pod's cgroup holds one, the largest, and
+// the verifier writes it once, not once per container, the last one
+// winning and every pass "restoring" it again.
+func TestOneBudgetPerPod(t *testing.T) {
+	const otherGroup = "/kubepods/burstable/pod1/ctr2"
+	podGroup := filepath.Dir(group)
+	n := newNode(t, 2)
+	for id, s := range map[string]struct {
+		group          string
+		limit, podSwap int64
+	}{ctrID: {group, 100 * mi, 100 * mi}, otherCtr: {otherGroup, 300 * mi, 300 * mi}} {
+		dir := filepath.Join(n.stateDir, id)
+		c := hookstate.Container{ID: id, CgroupVersion: 2, CgroupGroup: s.group, PodCgroupGroup: podGroup, Namespace: "ns", Pod: "p", PodUID: podUID, Name: id}
+		if err := hookstate.WriteContainer(dir, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{SwapLimit: s.limit, PodSwapLimit: ptr.To(s.podSwap)}); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(n.cgroupRoot, s.group, "memory.swap.max"), fmt.Sprint(s.limit)+"\n")
+	}
+	podFile := filepath.Join(n.cgroupRoot, podGroup, "memory.swap.max")
+	write(t, podFile, "max\n")
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+	ctx := context.Background()
+
+	sum, err := v.CheckAll(ctx, "test", time.Hour)
+	if err != nil || sum != (Summary{Held: 1, Restored: 1}) {
+		t.Errorf("first pass %+v, %v; want one held, one restored", sum, err)
+	}
+	if f := read(t, podFile); f != fmt.Sprint(300*mi) {
+		t.Errorf("pod memory.swap.max = %s, want the largest budget %d", f, 300*mi)
+	}
+	if len(rep.reports) != 1 || !rep.reports[0].pod || rep.reports[0].want != 300*mi {
+		t.Errorf("first pass reports %+v, want one restore of the pod's 300Mi", rep.reports)
+	}
+	rep.reports = nil
+	for i := range 3 {
+		sum, err := v.CheckAll(ctx, "test", time.Hour)
+		if err != nil || sum != (Summary{Held: 2}) {
+			t.Errorf("pass %d: %+v, %v; want both held", i+2, sum, err)
+		}
+		for _, id := range []string{ctrID, otherCtr} {
+			if got, err := v.Check(ctx, id, "test"); got != Held || err != nil {
+				t.Errorf("pass %d: Check(%s) = %s, %v; want held", i+2, id, got, err)
+			}
+		}
+	}
+	if f := read(t, podFile); f != fmt.Sprint(300*mi) || len(rep.reports) > 0 {
+		t.Errorf("after repeated passes: pod memory.swap.max = %s, reports %+v; want 300Mi and none", f, rep.reports)
+	}
+}
+
+// While the hook changes a container's records and applies them (under
+// hookstate.Lock), the records may already say what the cgroup does not
+// yet hold: the verifier does not take that for drift, and writes nothing.
+func TestCheckWhileTheHookWrites(t *testing.T) {
+	n := newNode(t, 2, 100*mi)
+	write(t, n.file, fmt.Sprint(100*mi)+"\n")
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep, LockWait: time.Nanosecond}
+	ctx := context.Background()
+
+	// The hook of a second claim, half-way: its share is recorded, the
+	// container's sum not yet written.
+	unlock, err := hookstate.Lock(n.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hookstate.Record(filepath.Join(n.stateDir, ctrID), claimB, hookstate.Share{SwapLimit: 200 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := v.Check(ctx, ctrID, "update"); got != Busy || err != nil {
+		t.Errorf("Check while the hook writes = %s, %v; want busy", got, err)
+	}
+	if sum, err := v.CheckAll(ctx, "interval", time.Minute); sum != (Summary{Busy: 1}) || err != nil {
+		t.Errorf("CheckAll while the hook writes = %+v, %v; want one busy", sum, err)
+	}
+	if f := read(t, n.file); f != fmt.Sprint(100*mi) || len(rep.reports) > 0 {
+		t.Errorf("while the hook writes: memory.swap.max = %s, reports %+v; want untouched, none", f, rep.reports)
+	}
+	// The hook applies the sum and lets go.
+	write(t, n.file, fmt.Sprint(300*mi)+"\n")
+	unlock()
+	if got, err := v.Check(ctx, ctrID, "update"); got != Held || err != nil || len(rep.reports) > 0 {
+		t.Errorf("Check after the hook = %s, %v, reports %+v; want held, none", got, err, rep.reports)
+	}
+}
