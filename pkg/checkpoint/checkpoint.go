@@ -36,6 +36,11 @@ const Version = 1
 // be used: corrupt, or written in another format version.
 var ErrUnusable = errors.New("checkpoint unusable")
 
+// ErrNewerVersion is wrapped, with ErrUnusable, by Load's errors for a
+// file of this boot in a format version newer than Version: a newer
+// release wrote it, and its claims must not be discarded (Open refuses it).
+var ErrNewerVersion = errors.New("checkpoint written by a newer release")
+
 // Checkpoint is the whole file.
 type Checkpoint struct {
 	Version int                     `json:"version"`
@@ -151,12 +156,14 @@ type Opened struct {
 	SetAside string
 }
 
-// Open checks the checkpoint at start-up, under the exclusive lock. An
-// unusable file (corrupt, or of another format version) is set aside,
-// kept for inspection, so that the plugin starts with no prepared claims
-// instead of failing every call; nothing that matters is lost, since
-// unprepare removes a claim's spec by its UID whether or not the
-// checkpoint knows the claim.
+// Open checks the checkpoint at start-up, under the exclusive lock. A file
+// of a newer format version (ErrNewerVersion) is an error, left as it is:
+// starting empty would make the plugin remove every CDI spec that file's
+// claims own, so an older plugin must not start on it. Any other unusable
+// file (corrupt, or of an older format version) is set aside, kept for
+// inspection, so that the plugin starts with no prepared claims instead
+// of failing every call: no release can read it, and unprepare removes a
+// claim's spec by its UID whether or not the checkpoint knows the claim.
 func (s *Store) Open() (Opened, error) {
 	unlock, err := s.lock(unix.LOCK_EX)
 	if err != nil {
@@ -165,6 +172,8 @@ func (s *Store) Open() (Opened, error) {
 	defer unlock()
 	cp, stale, err := s.Load()
 	switch {
+	case errors.Is(err, ErrNewerVersion):
+		return Opened{}, err
 	case errors.Is(err, ErrUnusable):
 		aside, asideErr := s.setAside()
 		if asideErr != nil {
@@ -209,7 +218,9 @@ func (s *Store) lock(how int) (unlock func(), err error) {
 // change made on what Load returned could lose another instance's change;
 // use Update for that. A missing file, or one from an earlier boot, gives
 // an empty checkpoint (stale reports true for the latter). A corrupt file
-// or one of another format version gives an error wrapping ErrUnusable.
+// or one of another format version gives an error wrapping ErrUnusable,
+// and also ErrNewerVersion for a newer version (of this boot, or with no
+// boot ID).
 func (s *Store) Load() (cp *Checkpoint, stale bool, err error) {
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -219,10 +230,20 @@ func (s *Store) Load() (cp *Checkpoint, stale bool, err error) {
 		return nil, false, fmt.Errorf("read checkpoint %s: %w", s.path, err)
 	}
 	var header struct {
-		Version int `json:"version"`
+		Version int    `json:"version"`
+		BootID  string `json:"bootID"`
 	}
 	if err := json.Unmarshal(data, &header); err != nil {
 		return nil, false, fmt.Errorf("%w: %s: %w", ErrUnusable, s.path, err)
+	}
+	if header.Version > Version {
+		if header.BootID != "" && header.BootID != s.bootID {
+			// From an earlier boot: stale whatever its format.
+			return New(s.bootID), true, nil
+		}
+		return nil, false, fmt.Errorf("%w: %w: %s has format version %d, newer than version %d, the newest this plugin reads; "+
+			"refusing it rather than discard its prepared claims and their CDI specs (run a release that reads version %d, or move the file away to start empty)",
+			ErrUnusable, ErrNewerVersion, s.path, header.Version, Version, header.Version)
 	}
 	if header.Version != Version {
 		return nil, false, fmt.Errorf("%w: %s has format version %d, this driver reads version %d", ErrUnusable, s.path, header.Version, Version)

@@ -54,7 +54,8 @@ func TestLoad(t *testing.T) {
 		{name: "garbage", content: "\x00\x01binary", wantErr: "checkpoint unusable"},
 		{name: "empty file", content: " ", wantErr: "checkpoint unusable"},
 		{name: "old version", content: `{"version":0,"claims":{}}`, wantErr: "format version 0, this driver reads version 1"},
-		{name: "newer version", content: `{"version":2,"bootID":"` + boot + `","things":[]}`, wantErr: "format version 2"},
+		{name: "newer version", content: `{"version":2,"bootID":"` + boot + `","things":[]}`, wantErr: "format version 2, newer than version 1"},
+		{name: "newer version of an earlier boot", content: `{"version":2,"bootID":"old-boot","things":[]}`, wantStale: true, wantEmpty: true},
 		{name: "unknown field", content: `{"version":1,"bootID":"` + boot + `","claims":{},"extra":1}`, wantErr: `unknown field "extra"`},
 		{name: "wrong type", content: `{"version":1,"bootID":"` + boot + `","claims":{"u":{"swapBytes":"lots"}}}`, wantErr: "checkpoint unusable"},
 	}

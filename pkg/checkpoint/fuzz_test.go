@@ -43,6 +43,16 @@ func FuzzLoad(f *testing.F) {
 			if _, rerr := s.Read(); !errors.Is(rerr, ErrUnusable) {
 				t.Fatalf("Load(%q) is unusable (%v), Read gives %v", data, err, rerr)
 			}
+			if errors.Is(err, ErrNewerVersion) {
+				// A newer release's file: Open refuses it, untouched.
+				if _, oerr := s.Open(); !errors.Is(oerr, ErrNewerVersion) {
+					t.Fatalf("Open of newer %q = %v, want ErrNewerVersion", data, oerr)
+				}
+				if kept, rerr := os.ReadFile(path); rerr != nil || !bytes.Equal(kept, data) {
+					t.Fatalf("Open changed the newer file: %q (%v), want %q", kept, rerr, data)
+				}
+				return
+			}
 			// Open sets the file aside, keeping its bytes; the store then
 			// starts empty.
 			opened, oerr := s.Open()

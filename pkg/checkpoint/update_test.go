@@ -190,11 +190,20 @@ func TestOpen(t *testing.T) {
 		name    string
 		content string
 		want    Opened
+		wantErr string
 	}{
 		{name: "missing"},
 		{name: "stale", content: stale, want: Opened{Stale: true}},
 		{name: "current", content: `{"version":1,"bootID":"` + boot + `","claims":{"u":{"namespace":"n","name":"c","swapBytes":1,"envBytes":1,"devices":[]}}}`, want: Opened{Claims: 1}},
 		{name: "unusable", content: unusable, want: Opened{SetAside: "checkpoint.json.unusable"}},
+		{name: "corrupt, of this version", content: `{"version":1,"bootID":"` + boot + `","claims":{"u":`, want: Opened{SetAside: "checkpoint.json.unusable"}},
+		{name: "older version", content: `{"version":0,"claims":{}}`, want: Opened{SetAside: "checkpoint.json.unusable"}},
+		// A newer release's file: starting empty would remove the CDI
+		// specs its claims own, so Open refuses it and leaves it alone.
+		{name: "newer version", content: `{"version":2,"bootID":"` + boot + `","claims":{"u":{}},"more":[]}`,
+			wantErr: "format version 2, newer than version 1"},
+		{name: "newer version without a boot ID", content: `{"version":3}`, wantErr: "format version 3, newer than version 1"},
+		{name: "newer version of an earlier boot", content: `{"version":2,"bootID":"old-boot","claims":{"u":{}}}`, want: Opened{Stale: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,6 +211,18 @@ func TestOpen(t *testing.T) {
 			path := filepath.Join(dir, "checkpoint.json")
 			writeCheckpoint(t, path, tc.content)
 			got, err := NewStore(path, boot).Open()
+			if tc.wantErr != "" {
+				if err == nil || !errors.Is(err, ErrNewerVersion) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Open = %+v, %v; want an ErrNewerVersion error containing %q", got, err, tc.wantErr)
+				}
+				if data, rerr := os.ReadFile(path); rerr != nil || string(data) != tc.content {
+					t.Errorf("the newer file was not left as it was: %q, %v", data, rerr)
+				}
+				if _, serr := os.Stat(path + ".unusable"); serr == nil {
+					t.Errorf("the newer file was set aside")
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

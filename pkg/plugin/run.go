@@ -374,11 +374,14 @@ func rootOf(o discovery.Options) string {
 	return o.Root
 }
 
-// openCheckpoint checks the checkpoint at start-up, under its lock: an
-// unusable one is set aside and the plugin starts empty. Nothing is lost
-// that matters: unprepare removes a claim's spec by its UID whether or not
-// the checkpoint knows the claim. The Manager reads the file on every call
-// after that, so another plugin instance on the node can share it.
+// openCheckpoint checks the checkpoint at start-up, under its lock. One a
+// newer release wrote is an error: the plugin does not start, since
+// starting empty would remove the CDI specs of every claim it records.
+// Any other unusable one is set aside and the plugin starts empty. Nothing
+// is lost that matters: unprepare removes a claim's spec by its UID
+// whether or not the checkpoint knows the claim. The Manager reads the
+// file on every call after that, so another plugin instance on the node
+// can share it.
 func openCheckpoint(ctx context.Context, store *checkpoint.Store) error {
 	logger := klog.FromContext(ctx)
 	opened, err := store.Open()

@@ -285,7 +285,7 @@ func TestPrepareRefusesWhenSwapShrank(t *testing.T) {
 	}
 	y := newClaim(uidB, "y", 100*mi)
 	r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{y})[y.UID]
-	want := "the node offers 200Mi of swap now and its prepared claims hold 150Mi, so the 100Mi this claim was allocated cannot be granted"
+	want := "the node offers 200Mi of swap and the claims prepared on it hold 150Mi, so the 100Mi allocated to this claim does not fit now"
 	if r.Err == nil || !strings.Contains(r.Err.Error(), want) {
 		t.Fatalf("error = %v, want %q", r.Err, want)
 	}
@@ -299,6 +299,62 @@ func TestPrepareRefusesWhenSwapShrank(t *testing.T) {
 	offer = -1 // not known yet: no check
 	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{y})[y.UID]; r.Err != nil {
 		t.Errorf("prepare before the offer is known: %v", r.Err)
+	}
+}
+
+// The refusal names what is true. A force-deleted pod's claim is
+// deallocated at once, so the scheduler allocates its swap again, but it
+// stays prepared (held) until the kubelet unprepares it: with the offer
+// unchanged, the message says so and that the kubelet retries, not that
+// swap shrank. Held claims above the offer can only mean it shrank.
+func TestPrepareRefusalNamesTheCause(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		offerThen int64 // when the new claim is prepared
+		newBytes  int64
+		want      []string
+		notWant   string
+	}{
+		{name: "force-deleted pod's claim still held, offer unchanged", offerThen: 200 * mi, newBytes: 100 * mi,
+			want: []string{"offers 200Mi of swap and the claims prepared on it hold 150Mi, so the 100Mi allocated to this claim does not fit now",
+				"holds its swap until the kubelet unprepares it, also after its pod was force-deleted", "the kubelet retries"},
+			notWant: "delete the pod"},
+		{name: "offer shrank below the held claims", offerThen: 100 * mi, newBytes: 10 * mi,
+			want: []string{"offers 100Mi of swap and the claims prepared on it hold 150Mi", "the node's offer shrank after they were prepared",
+				"delete the pod to have it scheduled again"},
+			notWant: "force-deleted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			offer := int64(200 * mi)
+			e.m.opts.Offer = func() int64 { return offer }
+			ctx := testContext(t)
+			e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"x"}}, "x")
+			x := newClaim(uidA, "x", 150*mi)
+			if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{x})[x.UID]; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			// The pod is force-deleted; its claim is not unprepared yet.
+			delete(e.pods.pods, "ns/pod")
+			next := pod(map[string][]string{"a": {"y"}}, "y")
+			next.Name, next.UID = "next", "22222222-0000-4000-8000-000000000002"
+			e.pods.pods["ns/next"] = next
+			y := newClaim(uidB, "y", tc.newBytes)
+			y.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: next.Name, UID: next.UID}}
+			offer = tc.offerThen
+			r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{y})[y.UID]
+			if r.Err == nil {
+				t.Fatal("prepared a claim that does not fit")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.Err.Error(), w) {
+					t.Errorf("error %q lacks %q", r.Err, w)
+				}
+			}
+			if strings.Contains(r.Err.Error(), tc.notWant) {
+				t.Errorf("error %q says %q", r.Err, tc.notWant)
+			}
+		})
 	}
 }
 

@@ -377,9 +377,10 @@ func recordedDevices(info checkpoint.ClaimInfo) []kubeletplugin.Device {
 	return devices
 }
 
-// checkOffer refuses a new claim when the node's swap no longer covers the
-// prepared claims and it: swap was turned off or shrank since the
-// scheduler allocated the claim against the larger offer.
+// checkOffer refuses a new claim when the node's offer does not cover the
+// claims prepared on it and this one: swap was turned off or shrank since
+// the scheduler allocated the claim, or claims the scheduler no longer
+// counts (a force-deleted pod's) are still held until they are unprepared.
 func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
 	if m.opts.Offer == nil || plan.bytes == 0 {
 		return nil
@@ -392,9 +393,20 @@ func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
 	if prepared+plan.bytes <= offer {
 		return nil
 	}
-	return fmt.Errorf("the node offers %s of swap now and its prepared claims hold %s, so the %s this claim was allocated cannot be granted "+
-		"(the node's swap shrank after the claim was allocated; delete the pod to have it scheduled again)",
-		quantity(offer), quantity(prepared), quantity(plan.bytes))
+	// Held more than offered: the offer shrank after they were prepared.
+	// Otherwise the scheduler counted swap as free that claims prepared
+	// here still hold (a force-deleted pod's claims are deallocated at
+	// once but held until the kubelet unprepares them), or the offer
+	// shrank after this claim was allocated: which one, only the history
+	// tells.
+	cause := "the node's offer shrank after they were prepared (swap turned off or made smaller); delete the pod to have it scheduled again"
+	if prepared <= offer {
+		cause = "a prepared claim holds its swap until the kubelet unprepares it, also after its pod was force-deleted and the scheduler " +
+			"counted that swap as free again, or the node's offer shrank after this claim was allocated; the kubelet retries, and the claim " +
+			"is granted once enough held claims are unprepared"
+	}
+	return fmt.Errorf("the node offers %s of swap and the claims prepared on it hold %s, so the %s allocated to this claim does not fit now: %s",
+		quantity(offer), quantity(prepared), quantity(plan.bytes), cause)
 }
 
 func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
