@@ -444,7 +444,9 @@ func openLock(stateDir string) (*os.File, error) {
 		return nil, fmt.Errorf("create hook state directory %s: %w", stateDir, err)
 	}
 	path := filepath.Join(stateDir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// Read-only is enough for flock(2), and opens an existing lock on a
+	// read-only mount too.
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open hook state lock %s: %w", path, err)
 	}
