@@ -77,7 +77,7 @@ func (m *Manager) lookUpPods(ctx context.Context, plan *claimPlan) error {
 		plan.pods = append(plan.pods, pod)
 	}
 	if len(plan.pods) == 0 {
-		return fmt.Errorf("none of the pods it is reserved for (%s) is on this node yet, as the plugin's pod cache shows it; retrying",
+		return fmt.Errorf("none of the pods it is reserved for (%s) is in the plugin's cache of this node's pods yet; the kubelet retries",
 			namesSummary(missing))
 	}
 	return nil
