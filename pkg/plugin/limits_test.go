@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
@@ -44,5 +45,16 @@ func TestLimitEventsBounded(t *testing.T) {
 				t.Errorf("note of %d bytes (limit %d): %q", len(note), eventmsg.NoteLimit, note)
 			}
 		})
+	}
+}
+
+// TestPodEventSinkBounded: prepare's events reach the pod within the note
+// limit whatever their text.
+func TestPodEventSinkBounded(t *testing.T) {
+	rec := events.NewFakeRecorder(1)
+	podEventSink{recorder: rec}.PodEvent(&corev1.Pod{}, corev1.EventTypeNormal, "SwapNotGranted", strings.Repeat("ä", 1500))
+	note := strings.TrimPrefix(<-rec.Events, "Normal SwapNotGranted ")
+	if len(note) > eventmsg.NoteLimit || !utf8.ValidString(note) || !strings.HasSuffix(note, eventmsg.Marker) {
+		t.Errorf("note of %d bytes (limit %d), valid UTF-8 %v", len(note), eventmsg.NoteLimit, utf8.ValidString(note))
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/nriplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/prepare"
@@ -214,7 +215,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		if n := node(); n != nil {
 			ref.UID = n.UID
 		}
-		recorder.Eventf(ref, nil, eventType, reason, action, "%s", message)
+		recorder.Eventf(ref, nil, eventType, reason, action, "%s", eventmsg.Truncate(message, eventmsg.NoteLimit))
 	}
 	reporter := &limitReporter{node: cfg.NodeName, metrics: metrics, recorder: recorder}
 	verifier := &verify.Verifier{
@@ -442,5 +443,5 @@ func watchNode(ctx context.Context, client kubernetes.Interface, nodeName string
 type podEventSink struct{ recorder events.EventRecorder }
 
 func (s podEventSink) PodEvent(pod *corev1.Pod, eventType, reason, message string) {
-	s.recorder.Eventf(pod, nil, eventType, reason, "PrepareSwapClaim", "%s", message)
+	s.recorder.Eventf(pod, nil, eventType, reason, "PrepareSwapClaim", "%s", eventmsg.Truncate(message, eventmsg.NoteLimit))
 }
