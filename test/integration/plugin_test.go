@@ -400,7 +400,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg := resp.Claims[string(late.UID)].GetError(); !strings.Contains(msg, "the node offers 256Mi of swap now and its prepared claims hold 300Mi, so the 64Mi this claim was allocated cannot be granted") {
+	if msg := resp.Claims[string(late.UID)].GetError(); !strings.Contains(msg, "the node offers 256Mi of swap and the claims prepared on it hold 300Mi, so the 64Mi allocated to this claim does not fit now: the node's offer shrank") {
 		t.Errorf("a claim allocated against the earlier offer: %q", msg)
 	}
 	// The prepared claim itself is still answered.
