@@ -155,9 +155,10 @@ func TestChart(t *testing.T) {
 			// No mutating webhook: the labelers patch pods as the
 			// controller. The NetworkPolicy is optional.
 			want := map[string]int{"DaemonSet": 1, "Deployment": 1, "DeviceClass": 1, "MutatingWebhookConfiguration": 0,
-				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 4, "ValidatingAdmissionPolicyBinding": 4}
-			// The controller's caBundle-only policy comes with its grant on
-			// the webhook configuration, in TLS mode self only.
+				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5}
+			// The controller's caBundle-only and own-secret-only policies
+			// come with its grants on the webhook configuration and on
+			// Secrets, in TLS mode self only.
 			switch name {
 			case "custom":
 				want["DeviceClass"], want["ServiceMonitor"], want["Certificate"], want["NetworkPolicy"] = 3, 2, 1, 1
