@@ -29,6 +29,9 @@ kubeletPlugin:
     socketPath: $NRI_SOCKET
   # The e2e suite adds and removes swap and waits for the new offer.
   rescanInterval: 2s
+  # What a request without a capacity gets (TestExtendedResourceRequest:
+  # an extended-resource request carries none).
+  defaultRequest: 200Mi
   # Off: the suite's swapping must not taint the node for the next test;
   # TestPressureTaints turns them on with short dwell times (driver.sh set).
   pressure:

@@ -296,3 +296,53 @@ func (c *env) waitClaimCondition(t *testing.T, ns, name string, status metav1.Co
 		t.Errorf("claim %s/%s: no SwapApplied=%s condition saying %q in status.devices %+v", ns, name, status, text, last)
 	}
 }
+
+// TestExtendedResourceRequest: a container that asks for swap as an
+// extended resource (limits: deviceclass.resource.kubernetes.io/dra.swap:
+// 1, DRAExtendedResource) gets one device of the node's default request
+// (the cluster's plugin runs with --default-request=200Mi) from the claim
+// the scheduler makes for the pod, and that claim counts in the pod's
+// budget beside the pod's own claims: container a 200Mi, containers b and
+// c sharing a 100Mi claim 100Mi each, the pod's cgroup 300Mi.
+func TestExtendedResourceRequest(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-100", "", 100*mi)
+	pod := c.WorkloadPod(ns, "extended", map[string]string{"s": "swap-100"},
+		ctr{Name: "a", AllocMiB: 1, MemLimit: "64Mi", Hold: 600},
+		ctr{Name: "b", Claims: []string{"s"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600},
+		ctr{Name: "c", Claims: []string{"s"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600})
+	pod.Spec.Containers[0].Resources.Limits["deviceclass.resource.kubernetes.io/dra.swap"] = resource.MustParse("1")
+	p := c.createPod(t, pod)
+	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
+
+	status := p.Status.ExtendedResourceClaimStatus
+	if status == nil || status.ResourceClaimName == "" {
+		t.Fatalf("the pod has no extended-resource claim: %+v", p.Status)
+	}
+	mapped := false
+	for _, m := range status.RequestMappings {
+		mapped = mapped || m.ContainerName == "a"
+	}
+	if !mapped {
+		t.Errorf("the extended-resource claim's request mappings do not name container a: %+v", status.RequestMappings)
+	}
+	claim, err := c.client.ResourceV1().ResourceClaims(ns).Get(context.Background(), status.ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("extended-resource claim %s: allocation %+v, want one result", claim.Name, claim.Status.Allocation)
+	}
+	if got := claim.Status.Allocation.Devices.Results[0].ConsumedCapacity["swap"]; got.Value() != 200*mi {
+		t.Errorf("extended-resource claim %s consumed %s of swap, want the default request 200Mi", claim.Name, got.String())
+	}
+
+	for name, want := range map[string]int64{"a": 200 * mi, "b": 100 * mi, "c": 100 * mi} {
+		assertSwapLimit(t, c.report(t, p, name, "START"), want)
+	}
+	if got := c.podCgroupLimit(t, p); got != 300*mi {
+		t.Errorf("the pod's cgroup swap budget is %d, want %d (the extended-resource claim's 200Mi and the shared claim's 100Mi)", got, 300*mi)
+	}
+	c.waitEvent(t, p, corev1.EventTypeNormal, "SwapApplied", "the pod's containers share a swap budget of 300Mi")
+}
