@@ -95,7 +95,7 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, *i
 	// Records change and are applied under the state directory's lock,
 	// which the verifier takes to read them: it never sees them
 	// half-written or half-applied.
-	unlock, err := hookstate.Lock(cfg.StateDir)
+	unlock, err := hookstate.Lock(cfg.StateDir, hookstate.DefaultWriteLockWait)
 	if err != nil {
 		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
@@ -168,7 +168,7 @@ func podCgroup(container cgroupswap.Target, r podevents.Record) (cgroupswap.Targ
 // Cleanup removes the container's records (poststop), under the state
 // directory's lock: the verifier never reads them half-removed.
 func Cleanup(cfg Config, state *specs.State) error {
-	unlock, err := hookstate.Lock(cfg.StateDir)
+	unlock, err := hookstate.Lock(cfg.StateDir, hookstate.DefaultWriteLockWait)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", ContainerName(state), err)
 	}

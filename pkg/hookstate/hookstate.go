@@ -386,29 +386,43 @@ func readFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// Lock takes the state directory's lock exclusively, waiting as long as
-// readers hold it (they only read files and write cgroup files). The hook
-// holds it while it changes a container's records and applies them. The
-// returned function releases it.
-func Lock(stateDir string) (unlock func(), err error) {
+// Lock takes the state directory's lock exclusively, waiting up to wait
+// while readers hold it (they only read files and write cgroup files, a
+// matter of milliseconds). The hook holds it while it changes a
+// container's records and applies them. A lock still held after wait
+// (a reader that hangs or was stopped) is an error naming the lock file:
+// the hook then fails the container's start, loudly and within a bound,
+// rather than hang it. The returned function releases the lock.
+func Lock(stateDir string, wait time.Duration) (unlock func(), err error) {
 	f, err := openLock(stateDir)
 	if err != nil {
 		return nil, err
 	}
+	deadline := time.Now().Add(wait)
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return func() { f.Close() }, nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 		}
+		if !time.Now().Before(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: still held by a reader (the kubelet plugin's verifier) after %s", f.Name(), wait)
+		}
+		time.Sleep(lockPoll)
 	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-	}
-	return func() { f.Close() }, nil
 }
 
-// lockPoll is how often RLock tries again while a writer holds the lock.
+// DefaultWriteLockWait is how long the hook waits for the state
+// directory's lock.
+const DefaultWriteLockWait = 10 * time.Second
+
+// lockPoll is how often Lock and RLock try again while the lock is held.
 const lockPoll = 5 * time.Millisecond
 
 // RLock takes the state directory's lock shared, for reading records and

@@ -484,7 +484,7 @@ func TestPodSwapLimits(t *testing.T) {
 // wait; readers share it.
 func TestLock(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
-	unlock, err := Lock(state)
+	unlock, err := Lock(state, time.Nanosecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,5 +507,33 @@ func TestLock(t *testing.T) {
 	}
 	if ids, err := List(state); err != nil || len(ids) != 0 {
 		t.Errorf("List = %v, %v; the lock is no container", ids, err)
+	}
+}
+
+// TestLockBounded: a reader that never lets go (a verifier that hangs or
+// was stopped) makes the hook's Lock fail after its wait, naming the lock,
+// instead of hanging the container's start.
+func TestLockBounded(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	runlock, ok, err := RLock(state, time.Nanosecond)
+	if !ok || err != nil {
+		t.Fatalf("RLock: %v, %v", ok, err)
+	}
+	defer runlock()
+	done := make(chan error, 1)
+	go func() {
+		unlock, err := Lock(state, 20*time.Millisecond)
+		if err == nil {
+			unlock()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), LockFile) || !strings.Contains(err.Error(), "still held") {
+			t.Errorf("Lock while a reader holds the lock: %v, want an error naming the lock as still held", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Lock still waits a minute after its 20ms wait: a stopped reader would hang every container start")
 	}
 }
