@@ -12,6 +12,9 @@ VERSION ?= 0.1.0
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 REGISTRY ?=
 IMAGES_DIR ?= $(CURDIR)/_output/images
+# Every binary reports VERSION and REVISION (--version, dra_swap_build_info).
+VERSION_LDFLAGS := -X github.com/dra-driver-swap/dra-driver-swap/pkg/version.version=$(VERSION) \
+	-X github.com/dra-driver-swap/dra-driver-swap/pkg/version.revision=$(REVISION)
 
 GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./test/monitoring/...
 # Every Go build of this module but the race unit tests uses one build
@@ -27,7 +30,7 @@ all: build
 
 build:
 	@mkdir -p $(OUT_DIR)
-	$(NOCGO) $(GO) build -o $(OUT_DIR)/ $(addprefix ./cmd/,$(COMMANDS))
+	$(NOCGO) $(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(OUT_DIR)/ $(addprefix ./cmd/,$(COMMANDS))
 
 ## image-tool: dra-swap-images (hack/images), which builds, pushes and
 ## serves the images.

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,16 +22,20 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/commandline"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/controller"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
 )
 
+const name = "dra-swap-controller"
+
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintf(os.Stderr, "dra-swap-controller: %v\n", err)
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// run runs the controller, or prints its version on stdout with --version.
+func run(args []string, stdout io.Writer) error {
 	namespace := os.Getenv("POD_NAMESPACE")
 	if namespace == "" {
 		namespace = "kube-system"
@@ -45,7 +50,8 @@ func run(args []string) error {
 		qps        float32
 		burst      int
 	)
-	fs := pflag.NewFlagSet("dra-swap-controller", pflag.ContinueOnError)
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
 	fs.StringVar(&selection, "pod-selection", string(labels.SelectSwapClaims),
 		"Which pods get topology and swap labels: swap-claims (pods with an allocated dra.swap claim), all (every pod on a node running the driver), or namespaces (pods in namespaces matching --namespace-selector, and pods with swap claims).")
@@ -75,6 +81,12 @@ func run(args []string) error {
 	if err := commandline.Parse(fs, args); err != nil {
 		return err
 	}
+	build := version.Get()
+	if *showVersion {
+		_, err := fmt.Fprintln(stdout, build.Line(name))
+		return err
+	}
+	klog.Background().Info("Starting "+name, "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
 	cfg.Policy = labels.Policy{Allowlist: trimmed(allowlist), Selection: labels.Selection(selection)}
 	if nsSelector != "" {
 		sel, err := k8slabels.Parse(nsSelector)

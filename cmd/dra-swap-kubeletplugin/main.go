@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,11 +23,14 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
 )
 
+const name = "dra-swap-kubeletplugin"
+
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintf(os.Stderr, "dra-swap-kubeletplugin: %v\n", err)
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
 }
@@ -43,9 +47,11 @@ type options struct {
 	swapFullPercent, swapFullClearPercent float64
 }
 
-func run(args []string) error {
+// run runs the plugin, or prints its version on stdout with --version.
+func run(args []string, stdout io.Writer) error {
 	o := options{cfg: plugin.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig()}}
-	fs := pflag.NewFlagSet("dra-swap-kubeletplugin", pflag.ContinueOnError)
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.StringVar(&o.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
 	fs.StringVar(&o.cfg.DriverName, "driver-name", "dra.swap", "DRA driver name.")
 	fs.StringVar(&o.cfg.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod, for seamless rolling updates (default $POD_UID).")
@@ -84,6 +90,12 @@ func run(args []string) error {
 	if err := commandline.Parse(fs, args); err != nil {
 		return err
 	}
+	build := version.Get()
+	if *showVersion {
+		_, err := fmt.Fprintln(stdout, build.Line(name))
+		return err
+	}
+	klog.Background().Info("Starting "+name, "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
 	var err error
 	if o.cfg.Policy.ReservedBytes, err = parseBytes("--reserved", o.reserved); err != nil {
 		return err

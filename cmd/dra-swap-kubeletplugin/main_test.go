@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"io"
 	"strings"
 	"testing"
 
 	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
 )
 
 func TestRunRejectsBadFlags(t *testing.T) {
@@ -24,9 +28,27 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		if err := logsapi.ResetForTest(nil); err != nil {
 			t.Fatal(err)
 		}
-		err := run(tc.args)
+		err := run(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.wantErr)
+		}
+	}
+}
+
+// TestRunVersion: --version prints the version line and returns before
+// anything else (no kubeconfig, no node name), with other flags too.
+func TestRunVersion(t *testing.T) {
+	want := version.Get().Line("dra-swap-kubeletplugin") + "\n"
+	if !strings.HasPrefix(want, "dra-swap-kubeletplugin "+version.DefaultVersion+" (revision ") {
+		t.Fatalf("version line %q", want)
+	}
+	for _, args := range [][]string{{"--version"}, {"--version", "--kubeconfig=/does/not/exist", "--reserved=1Gi"}} {
+		if err := logsapi.ResetForTest(nil); err != nil {
+			t.Fatal(err)
+		}
+		var stdout bytes.Buffer
+		if err := run(args, &stdout); err != nil || stdout.String() != want {
+			t.Errorf("run(%q) = %v, printed %q; want nil and %q", args, err, stdout.String(), want)
 		}
 	}
 }

@@ -24,7 +24,7 @@ if [ -n "$ctd_pid" ]; then
 	wait "$ctd_pid" || { cat "$BIN/.containerd-build.log" >&2; die "building containerd failed"; }
 	log "containerd built"
 fi
-make --no-print-directory build OUT_DIR="$BIN"
+make --no-print-directory build OUT_DIR="$BIN" VERSION="$DRIVER_VERSION"
 CGO_ENABLED=0 go build -trimpath -o "$BIN/e2e-clusterctl" ./test/e2e/clusterctl
 make --no-print-directory image-tool OUT_DIR="$BIN"
 # The driver's image and the tests' images, as one OCI layout that up.sh

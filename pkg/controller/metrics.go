@@ -2,18 +2,22 @@ package controller
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
 )
 
 // Metrics counts the controller's label writes. A nil *Metrics counts
-// nothing.
+// nothing. NewMetrics also registers the build information gauge.
 type Metrics struct {
 	podPatches  prometheus.Counter
 	nodePatches prometheus.Counter
 }
 
-// NewMetrics creates the counters and registers them with reg.
+// NewMetrics creates the counters and registers them, and the build
+// information gauge (version.MetricName, always 1), with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		podPatches: prometheus.NewCounter(prometheus.CounterOpts{
@@ -24,6 +28,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "dra_swap_controller_node_label_patches_total",
 			Help: "Node label patches written by the reconciler.",
 		}),
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: version.MetricName, Help: version.MetricHelp}, version.MetricLabels())
+	build.WithLabelValues(version.Get().LabelValues()...).Set(1)
+	if err := reg.Register(build); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+		return nil, fmt.Errorf("register %s: %w", version.MetricName, err)
 	}
 	for _, c := range []*prometheus.Counter{&m.podPatches, &m.nodePatches} {
 		if err := reg.Register(*c); err != nil {
@@ -45,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // MetricNames are the names of the controller's own metrics (besides
 // controller-runtime's).
 func MetricNames() []string {
-	return []string{"dra_swap_controller_pod_label_patches_total", "dra_swap_controller_node_label_patches_total"}
+	return []string{"dra_swap_controller_pod_label_patches_total", "dra_swap_controller_node_label_patches_total", version.MetricName}
 }
 
 func (m *Metrics) podPatched() {

@@ -84,6 +84,10 @@ func (r Request) ShareKey() string { return hookstate.ShareKey(r.ClaimUID, r.Res
 //	--pod-swap-limit=BYTES      the pod's swap budget, when its containers share a claim
 //
 // --proc-root and --cgroup-root are for tests; specs do not set them.
+//
+// Release v0.2.0 also adds `dra-swap-hook --version` (the only argument),
+// which prints the hook's version for people. No spec writes it:
+// cmd/dra-swap-hook answers it before ParseArgs, which refuses it.
 func ParseArgs(args []string) (Config, Request, error) {
 	cfg := Config{}
 	var req Request

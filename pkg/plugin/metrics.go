@@ -8,6 +8,7 @@ import (
 	"k8s.io/component-base/metrics"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/pressure"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
 )
 
 const (
@@ -33,6 +34,7 @@ type Metrics struct {
 	swapUsed  *metrics.Gauge
 	tainted   *metrics.GaugeVec
 	statusErr *metrics.Counter
+	build     *metrics.GaugeVec
 	// claimUsed is registered only when per-claim metrics are on.
 	claimUsed *metrics.GaugeVec
 	names     []string
@@ -104,13 +106,17 @@ func NewMetrics() *Metrics {
 		Namespace: "dra_swap", Name: "claim_status_write_failures_total",
 		Help: "Writes of a claim's status.devices (what was granted and applied) that failed after retries.", StabilityLevel: metrics.ALPHA,
 	})
+	m.build = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Name: version.MetricName, Help: version.MetricHelp, StabilityLevel: metrics.ALPHA,
+	}, version.MetricLabels())
 	m.claimUsed = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "claim_swap_used_bytes",
 		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
 	}, []string{"namespace", "claim"})
 	all := []metrics.Registerable{m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
-		m.psi, m.psiOK, m.swapUsed, m.tainted, m.statusErr}
+		m.psi, m.psiOK, m.swapUsed, m.tainted, m.statusErr, m.build}
 	m.registry.MustRegister(all...)
+	m.build.WithLabelValues(version.Get().LabelValues()...).Set(1)
 	for _, c := range append(all, m.claimUsed) {
 		m.names = append(m.names, c.FQName())
 	}
