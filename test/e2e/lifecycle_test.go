@@ -429,11 +429,23 @@ func TestPluginSlicesOwnNodeOnly(t *testing.T) {
 	} else {
 		t.Logf("another node's slice refused: %v", err)
 	}
-	own, err := asPlugin.ResourceV1().ResourceSlices().Create(ctx, slice(c.node), metav1.CreateOptions{})
-	if err != nil {
+	// Its own node's pool is named after the node; the real plugin
+	// publishes there, so these writes are dry runs (admission still
+	// decides them), leaving the published slice alone.
+	dryRun := []string{metav1.DryRunAll}
+	ownPool := slice(c.node)
+	ownPool.Spec.Pool.Name = c.node
+	if _, err := asPlugin.ResourceV1().ResourceSlices().Create(ctx, ownPool, metav1.CreateOptions{DryRun: dryRun}); err != nil {
 		t.Fatalf("the plugin creating its own node's ResourceSlice: %v", err)
 	}
-	if err := asPlugin.ResourceV1().ResourceSlices().Delete(ctx, own.Name, metav1.DeleteOptions{}); err != nil {
+	if _, err := asPlugin.ResourceV1().ResourceSlices().Create(ctx, slice(c.node), metav1.CreateOptions{DryRun: dryRun}); err == nil || !strings.Contains(err.Error(), "pool") {
+		t.Errorf("the plugin creating a slice of its node in a pool not named after the node: got %v, want a refusal naming the pool", err)
+	}
+	published, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.swap,spec.nodeName=" + c.node})
+	if err != nil || len(published.Items) == 0 {
+		t.Fatalf("the plugin's published slice: %v (%d found)", err, len(published.Items))
+	}
+	if err := asPlugin.ResourceV1().ResourceSlices().Delete(ctx, published.Items[0].Name, metav1.DeleteOptions{DryRun: dryRun}); err != nil {
 		t.Errorf("the plugin deleting its own node's ResourceSlice: %v", err)
 	}
 	_, err = token(false).ResourceV1().ResourceSlices().Create(ctx, slice(c.node), metav1.CreateOptions{})
