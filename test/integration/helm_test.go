@@ -54,6 +54,18 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 	return out.String(), nil
 }
 
+// chartValueSets are the helm arguments of the value sets the chart tests
+// render: the defaults and non-default values an admin might set.
+func chartValueSets() map[string][]string {
+	return map[string][]string{
+		"default":      nil,
+		"custom":       {"--values", "testdata/values-custom.yaml"},
+		"secret-tls":   {"--values", "testdata/values-secret.yaml"},
+		"no-pdb-no-le": {"--set", "controller.podDisruptionBudget.enabled=false,controller.leaderElection=false,controller.replicas=1"},
+		"overrides":    {"--values", "testdata/values-overrides.yaml"},
+	}
+}
+
 // TestChart checks the helm chart the way an admin meets it: lint, the
 // rendered manifests for the default and for non-default values applied
 // server-side (dry run) to a real kube-apiserver v1.37, the schema refusing
@@ -61,12 +73,7 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 func TestChart(t *testing.T) {
 	s := framework.StartAPIServer(t)
 	ctx := context.Background()
-	valueSets := map[string][]string{
-		"default":      nil,
-		"custom":       {"--values", "testdata/values-custom.yaml"},
-		"secret-tls":   {"--values", "testdata/values-secret.yaml"},
-		"no-pdb-no-le": {"--set", "controller.podDisruptionBudget.enabled=false,controller.leaderElection=false,controller.replicas=1"},
-	}
+	valueSets := chartValueSets()
 
 	t.Run("lint", func(t *testing.T) {
 		for name, values := range valueSets {
@@ -111,11 +118,17 @@ func TestChart(t *testing.T) {
 
 	for name, values := range valueSets {
 		t.Run("server-side dry run/"+name, func(t *testing.T) {
-			ns := "chart-" + name
-			if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
-				"pod-security.kubernetes.io/enforce": "privileged",
-			}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatal(err)
+			// The release's namespace, and the chart's (namespaceOverride).
+			ns, objNS := "chart-"+name, "chart-"+name
+			if name == "overrides" {
+				objNS = "swap-system"
+			}
+			for _, n := range []string{ns, objNS} {
+				if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{
+					"pod-security.kubernetes.io/enforce": "privileged",
+				}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Fatal(err)
+				}
 			}
 			args := append([]string{"template", "dra-driver-swap", chartDir, "--namespace", ns,
 				"--api-versions", "monitoring.coreos.com/v1", "--api-versions", "cert-manager.io/v1"}, values...)
@@ -131,13 +144,13 @@ func TestChart(t *testing.T) {
 			for _, u := range objs {
 				gvk := u.GroupVersionKind()
 				kinds[gvk.Kind]++
-				res, err := resources.For(u, ns)
+				res, err := resources.For(u, objNS)
 				if err != nil {
 					t.Error(err)
 					continue
 				}
-				if res.Namespaced && u.GetNamespace() != ns {
-					t.Errorf("%s %s is in namespace %q, want the release's %q", gvk.Kind, u.GetName(), u.GetNamespace(), ns)
+				if res.Namespaced && u.GetNamespace() != objNS {
+					t.Errorf("%s %s is in namespace %q, want the chart's %q", gvk.Kind, u.GetName(), u.GetNamespace(), objNS)
 				}
 				r := res.Client
 				data, err := u.MarshalJSON()
@@ -155,7 +168,8 @@ func TestChart(t *testing.T) {
 			// No mutating webhook: the labelers patch pods as the
 			// controller. The NetworkPolicy is optional.
 			want := map[string]int{"DaemonSet": 1, "Deployment": 1, "DeviceClass": 1, "MutatingWebhookConfiguration": 0,
-				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5}
+				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
+				"ServiceAccount": 2, "ResourceQuota": 1}
 			// The controller's caBundle-only and own-secret-only policies
 			// come with its grants on the webhook configuration and on
 			// Secrets, in TLS mode self only.
@@ -167,6 +181,8 @@ func TestChart(t *testing.T) {
 				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 3, 3
 			case "no-pdb-no-le":
 				want["PodDisruptionBudget"] = 0
+			case "overrides":
+				want["ServiceAccount"] = 1 // the plugin's: serviceAccount.create false
 			}
 			for kind, n := range want {
 				if kinds[kind] != n {
@@ -196,9 +212,38 @@ func TestChart(t *testing.T) {
 			}
 			t.Logf("%s: %v", filepath.Base(c.values), err)
 		}
-		for _, set := range []string{"controller.webhook.tls.mode=letsencrypt", "kubeletPlugin.cdiDir=relative/dir", "controller.podSelection=some"} {
-			if _, err := runHelm(t, "template", "x", chartDir, "--set", set); err == nil {
-				t.Errorf("--set %s: rendered, want a schema error", set)
+		// Wrong values and unknown keys, the new keys' neighbours among
+		// them: the schema accepts the keys chart users reach for
+		// (testdata/values-overrides.yaml lints and renders above) and
+		// still refuses every key it does not know.
+		for _, c := range []struct{ set, want string }{
+			{"controller.webhook.tls.mode=letsencrypt", "/controller/webhook/tls/mode"},
+			{"kubeletPlugin.cdiDir=relative/dir", "/kubeletPlugin/cdiDir"},
+			{"controller.podSelection=some", "/controller/podSelection"},
+			{"image.digest=latest", "/image/digest"},
+			{"image.digest=sha256:0123", "/image/digest"},
+			{"image.sha=sha256:0123", "additional properties 'sha' not allowed"},
+			{"namespaceOverride=Swap_System", "/namespaceOverride"},
+			{"resourceQuota.enable=true", "additional properties 'enable' not allowed"},
+			{"kubeletPlugin.serviceAccount.nmae=x", "additional properties 'nmae' not allowed"},
+			{"controller.serviceAccount.create=yes", "/controller/serviceAccount/create"},
+			{"controller.podLabel.team=a", "additional properties 'podLabel' not allowed"},
+			{"kubeletPlugin.podLabels.team=null", "/kubeletPlugin/podLabels/team"},
+			{"controller.logFormat=yaml", "/controller/logFormat"},
+			{"kubeletPlugin.securityContext.runAsUsr=1", "additional properties 'runAsUsr' not allowed"},
+			{"controller.podSecurityContext.readOnlyRootFilesystem=true", "additional properties 'readOnlyRootFilesystem' not allowed"},
+			{"kubeletPlugin.extraEnv[0].nmae=A", "additional properties 'nmae' not allowed"},
+			{"controller.extraVolumeMounts[0].name=x", "missing property 'mountPath'"},
+			{"kubeletPlugin.topologySpreadConstraints[0].maxSkew=1", "additional properties 'topologySpreadConstraints' not allowed"},
+			{"controller.topologySpreadConstraints[0].maxSkew=1", "missing properties 'topologyKey', 'whenUnsatisfiable'"},
+		} {
+			_, err := runHelm(t, "template", "x", chartDir, "--set", c.set)
+			if err == nil {
+				t.Errorf("--set %s: rendered, want a schema error", c.set)
+				continue
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("--set %s: error %q does not say %q", c.set, err, c.want)
 			}
 		}
 	})

@@ -13,8 +13,24 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The namespace of every namespaced object and of every reference to
+one (namespaceOverride, else the release's). */}}
+{{- define "dra-swap.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
 {{- define "dra-swap.plugin" -}}{{ include "dra-swap.fullname" . | trunc 50 | trimSuffix "-" }}-kubeletplugin{{- end -}}
 {{- define "dra-swap.controller" -}}{{ include "dra-swap.fullname" . | trunc 52 | trimSuffix "-" }}-controller{{- end -}}
+{{/* The components' ServiceAccount names: the given name, else the
+generated one (also when serviceAccount.create is false: the chart then
+expects an account of that name). RBAC bindings and the admission policies'
+username matches use these. */}}
+{{- define "dra-swap.pluginServiceAccount" -}}
+{{- default (include "dra-swap.plugin" .) .Values.kubeletPlugin.serviceAccount.name -}}
+{{- end -}}
+{{- define "dra-swap.controllerServiceAccount" -}}
+{{- default (include "dra-swap.controller" .) .Values.controller.serviceAccount.name -}}
+{{- end -}}
 {{- define "dra-swap.webhookSecret" -}}
 {{- if eq .Values.controller.webhook.tls.mode "secret" -}}
 {{- required "controller.webhook.tls.secretName is required with tls.mode secret" .Values.controller.webhook.tls.secretName -}}
@@ -27,19 +43,43 @@
 admission policy match it. */}}
 {{- define "dra-swap.driver" -}}dra.swap{{- end -}}
 
+{{/* The image: pinned by digest when image.digest is set (the tag is then
+ignored), else by tag (the chart's appVersion when empty). */}}
 {{- define "dra-swap.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
+{{- end -}}
 
+{{/* Every object's labels, each key once (a dict rendered by toYaml):
+helm.sh/chart, app.kubernetes.io/{name,instance,version,managed-by,part-of}
+and, given one, app.kubernetes.io/component, over commonLabels and extra
+labels (a pod template's podLabels), which cannot replace the chart's. The
+version is the chart's appVersion, never the image's tag or digest. Called
+with the root context, or with (dict "root" . "component" "..." "extra"
+labels). */}}
 {{- define "dra-swap.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/part-of: dra-driver-swap
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
-{{- end }}
+{{- $root := . -}}
+{{- $component := "" -}}
+{{- $extra := dict -}}
+{{- if hasKey . "root" -}}
+{{- $root = .root -}}
+{{- $component = get . "component" -}}
+{{- $extra = get . "extra" | default dict -}}
+{{- end -}}
+{{- $labels := merge (dict) (deepCopy $extra) (deepCopy ($root.Values.commonLabels | default dict)) -}}
+{{- $_ := set $labels "helm.sh/chart" (printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_") -}}
+{{- $_ := set $labels "app.kubernetes.io/name" (include "dra-swap.name" $root) -}}
+{{- $_ := set $labels "app.kubernetes.io/instance" $root.Release.Name -}}
+{{- $_ := set $labels "app.kubernetes.io/version" ($root.Chart.AppVersion | replace "+" "_" | trunc 63 | trimSuffix "-") -}}
+{{- $_ := set $labels "app.kubernetes.io/managed-by" $root.Release.Service -}}
+{{- $_ := set $labels "app.kubernetes.io/part-of" "dra-driver-swap" -}}
+{{- if $component -}}
+{{- $_ := set $labels "app.kubernetes.io/component" $component -}}
+{{- end -}}
+{{- toYaml $labels -}}
 {{- end -}}
 
 {{- define "dra-swap.pluginSelector" -}}
