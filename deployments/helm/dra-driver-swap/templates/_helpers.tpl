@@ -24,12 +24,14 @@ one (namespaceOverride, else the release's). */}}
 {{/* The components' ServiceAccount names: the given name, else the
 generated one (also when serviceAccount.create is false: the chart then
 expects an account of that name). RBAC bindings and the admission policies'
-username matches use these. */}}
+username matches use these. Keys added after 0.1.0 are read so that a
+release installed by 0.1.0 and upgraded with --reuse-values (which keeps
+the old values, without the new defaults) renders as with the defaults. */}}
 {{- define "dra-swap.pluginServiceAccount" -}}
-{{- default (include "dra-swap.plugin" .) .Values.kubeletPlugin.serviceAccount.name -}}
+{{- default (include "dra-swap.plugin" .) (dig "serviceAccount" "name" "" .Values.kubeletPlugin) -}}
 {{- end -}}
 {{- define "dra-swap.controllerServiceAccount" -}}
-{{- default (include "dra-swap.controller" .) .Values.controller.serviceAccount.name -}}
+{{- default (include "dra-swap.controller" .) (dig "serviceAccount" "name" "" .Values.controller) -}}
 {{- end -}}
 {{- define "dra-swap.webhookSecret" -}}
 {{- if eq .Values.controller.webhook.tls.mode "secret" -}}
