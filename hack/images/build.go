@@ -72,6 +72,8 @@ type imageSpec struct {
 	user       string
 	entrypoint []string
 	labels     map[string]string
+	// ldflags link the image's binaries (linkerFlags).
+	ldflags string
 }
 
 func (s imageSpec) ref() string { return s.name + ":" + s.tag }
@@ -125,11 +127,16 @@ func imageSpecs(o buildOptions) ([]imageSpec, error) {
 		if o.version == "" || o.revision == "" {
 			return nil, fmt.Errorf("-set %s needs -version and -revision", o.set)
 		}
+		// The revision goes into -ldflags, which splits on spaces and quotes.
+		if strings.ContainsAny(o.revision, " \t\n\r'\"") {
+			return nil, fmt.Errorf("-revision %q: want no spaces or quotes", o.revision)
+		}
 		specs = append(specs, imageSpec{
-			name: driverImage,
-			tag:  o.version,
-			pkgs: []string{"./cmd/dra-swap-kubeletplugin", "./cmd/dra-swap-controller", "./cmd/dra-swap-hook"},
-			user: nonRootUser,
+			name:    driverImage,
+			tag:     o.version,
+			pkgs:    []string{"./cmd/dra-swap-kubeletplugin", "./cmd/dra-swap-controller", "./cmd/dra-swap-hook"},
+			user:    nonRootUser,
+			ldflags: linkerFlags(o.version, o.revision),
 			// No entrypoint: the image holds three commands and each pod
 			// names the one it runs.
 			labels: map[string]string{
@@ -152,12 +159,14 @@ func imageSpecs(o buildOptions) ([]imageSpec, error) {
 				name: "pause", tag: "3.10",
 				pkgs:       []string{"./test/e2e/images/pause"},
 				entrypoint: []string{"/pause"},
+				ldflags:    linkerFlags("", ""),
 				labels:     map[string]string{"org.opencontainers.image.title": "pause", "org.opencontainers.image.source": o.source},
 			},
 			imageSpec{
 				name: "swap-workload", tag: "v1",
 				pkgs:       []string{"./test/e2e/images/workload"},
 				entrypoint: []string{"/workload"},
+				ldflags:    linkerFlags("", ""),
 				labels:     map[string]string{"org.opencontainers.image.title": "swap-workload", "org.opencontainers.image.source": o.source},
 			},
 		)
@@ -183,12 +192,21 @@ func build(ctx context.Context, o buildOptions, specs []imageSpec, stdout, stder
 		return fmt.Errorf("creating a directory for the binaries: %w", err)
 	}
 	defer os.RemoveAll(binDir)
-	var pkgs []string
+	// One go build per set of linker flags: the flags are part of every
+	// binary's build ID, so the e2e tests' images would change with the
+	// driver's version if they were linked with its flags.
+	var flagSets []string
+	pkgs := map[string][]string{}
 	for _, s := range specs {
-		pkgs = append(pkgs, s.pkgs...)
+		if _, ok := pkgs[s.ldflags]; !ok {
+			flagSets = append(flagSets, s.ldflags)
+		}
+		pkgs[s.ldflags] = append(pkgs[s.ldflags], s.pkgs...)
 	}
-	if err := compile(ctx, binDir, o.arch, pkgs, stderr); err != nil {
-		return err
+	for _, ldflags := range flagSets {
+		if err := compile(ctx, binDir, o.arch, ldflags, pkgs[ldflags], stderr); err != nil {
+			return err
+		}
 	}
 
 	tmp := out + ".tmp"
@@ -302,16 +320,31 @@ func replaceDir(tmp, dst string) error {
 	return nil
 }
 
+// linkerFlags are the -ldflags of the images' binaries: no symbol tables,
+// and the version and revision the commands report (pkg/version), when
+// given; the e2e tests' images get none.
+func linkerFlags(version, revision string) string {
+	flags := "-s -w"
+	if version != "" {
+		flags += " -X " + modulePath + "/pkg/version.version=" + version
+	}
+	if revision != "" {
+		flags += " -X " + modulePath + "/pkg/version.revision=" + revision
+	}
+	return flags
+}
+
 // compile builds static, reproducible binaries of the main packages pkgs
-// into dir: no cgo, no file system paths, no VCS stamp, no symbol tables.
-// Go puts no timestamps in binaries. The commands have no version variable
-// to set with -X; the images' labels carry the version.
-func compile(ctx context.Context, dir, arch string, pkgs []string, stderr io.Writer) error {
+// into dir: no cgo, no file system paths, no VCS stamp, no symbol tables,
+// ldflags as given (with -trimpath, Go does not record them in the
+// binary). Go puts no timestamps in binaries, so the same sources and
+// flags give the same bytes.
+func compile(ctx context.Context, dir, arch, ldflags string, pkgs []string, stderr io.Writer) error {
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return err
 	}
-	args := append([]string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", dir + string(filepath.Separator)}, pkgs...)
+	args := append([]string{"build", "-trimpath", "-buildvcs=false", "-ldflags=" + ldflags, "-o", dir + string(filepath.Separator)}, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)

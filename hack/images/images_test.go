@@ -6,12 +6,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -41,10 +43,10 @@ func TestImages(t *testing.T) {
 	dir := t.TempDir()
 	all := filepath.Join(dir, "all-0.1.0")
 	driverAgain := filepath.Join(dir, "driver-0.1.0")
-	driverNext := filepath.Join(dir, "driver-0.2.0")
+	allNext := filepath.Join(dir, "all-0.2.0")
 	allDigests := buildLayout(ctx, t, tool, all, "0.1.0", "all")
 	againDigests := buildLayout(ctx, t, tool, driverAgain, "0.1.0", "driver")
-	nextDigests := buildLayout(ctx, t, tool, driverNext, "0.2.0", "driver")
+	nextDigests := buildLayout(ctx, t, tool, allNext, "0.2.0", "all")
 
 	if want := []string{"dra-driver-swap:0.1.0", "pause:3.10", "swap-workload:v1"}; !slices.Equal(slices.Sorted(maps.Keys(allDigests)), want) {
 		t.Fatalf("build -set all printed images %v, want %v", slices.Sorted(maps.Keys(allDigests)), want)
@@ -69,10 +71,29 @@ func TestImages(t *testing.T) {
 		if a == "" || b == "" || a == b {
 			t.Fatalf("dra-driver-swap:0.1.0 has digest %q and dra-driver-swap:0.2.0 %q, want two different digests", a, b)
 		}
-		// The binaries are the same: only the config (labels) differs.
-		la, lb := layoutImage(t, all, "dra-driver-swap:0.1.0").layers(t), layoutImage(t, driverNext, "dra-driver-swap:0.2.0").layers(t)
-		if !slices.Equal(la, lb) {
-			t.Errorf("the two versions' layers differ: %v and %v", la, lb)
+	})
+
+	t.Run("the tests' images do not change with the driver's version", func(t *testing.T) {
+		for _, ref := range []string{"pause:3.10", "swap-workload:v1"} {
+			if a, b := allDigests[ref], nextDigests[ref]; a == "" || a != b {
+				t.Errorf("%s has digest %q beside dra-driver-swap:0.1.0 and %q beside 0.2.0, want one digest", ref, a, b)
+			}
+		}
+	})
+
+	t.Run("binaries report the version and revision", func(t *testing.T) {
+		for version, dir := range map[string]string{"0.1.0": all, "0.2.0": allNext} {
+			files := extractFiles(t, layoutImage(t, dir, "dra-driver-swap:"+version).image, t.TempDir())
+			for _, file := range files {
+				out, err := exec.CommandContext(ctx, file, "--version").Output()
+				want := fmt.Sprintf("%s %s (revision %s, %s)\n", filepath.Base(file), version, testRevision, runtime.Version())
+				if err != nil || string(out) != want {
+					t.Errorf("%s of dra-driver-swap:%s --version: %q, %v; want %q", filepath.Base(file), version, out, err, want)
+				}
+			}
+			if len(files) != 3 {
+				t.Errorf("dra-driver-swap:%s holds %q, want the three commands", version, files)
+			}
 		}
 	})
 
@@ -203,8 +224,8 @@ func TestImages(t *testing.T) {
 		}
 		registry, _, _ := strings.Cut(strings.TrimPrefix(line, "registry serving http://"), ",")
 
-		runTool(ctx, t, tool, "push", "-from", driverNext, "-registry", registry)
-		checkPulled(ctx, t, registry, "dra-driver-swap:0.2.0", nextDigests["dra-driver-swap:0.2.0"], layoutImage(t, driverNext, "dra-driver-swap:0.2.0").layers(t))
+		runTool(ctx, t, tool, "push", "-from", allNext, "-registry", registry)
+		checkPulled(ctx, t, registry, "dra-driver-swap:0.2.0", nextDigests["dra-driver-swap:0.2.0"], layoutImage(t, allNext, "dra-driver-swap:0.2.0").layers(t))
 
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -371,6 +392,45 @@ func checkFiles(t *testing.T, img v1.Image, files []string) {
 	}
 }
 
+// extractFiles writes the files of img's only layer into dir and returns
+// their paths.
+func extractFiles(t *testing.T, img v1.Image, dir string) []string {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers: %d, %v; want one", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatalf("layer: %v", err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	var paths []string
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return paths
+		}
+		if err != nil {
+			t.Fatalf("reading the layer: %v", err)
+		}
+		p := filepath.Join(dir, filepath.Base(hdr.Name))
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(f, tr)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatalf("extracting %s: %v", hdr.Name, err)
+		}
+		paths = append(paths, p)
+	}
+}
+
 // checkPulled pulls registry/ref and compares its digest and layers.
 func checkPulled(ctx context.Context, t *testing.T, registry, ref, digest string, layers []v1.Hash) {
 	t.Helper()
@@ -472,6 +532,7 @@ func TestBuildRefusesBadInput(t *testing.T) {
 		{name: "unknown set", args: []string{"-out", out, "-set", "drivers", "-version", "0.1.0", "-revision", "r"}, wantErr: `-set "drivers"`},
 		{name: "driver without version", args: []string{"-out", out, "-set", "driver", "-revision", "r"}, wantErr: "needs -version and -revision"},
 		{name: "all without revision", args: []string{"-out", out, "-version", "0.1.0"}, wantErr: "needs -version and -revision"},
+		{name: "revision with a space", args: []string{"-out", out, "-version", "0.1.0", "-revision", "r -X x=y"}, wantErr: "want no spaces or quotes"},
 		{name: "version not a tag", args: []string{"-out", out, "-version", "0.1.0+build", "-revision", "r"}, wantErr: "image reference"},
 		{name: "positional argument", args: []string{"-out", out, "-version", "0.1.0", "-revision", "r", "extra"}, wantErr: "unexpected arguments"},
 		{name: "out is not a layout", args: []string{"-out", foreign, "-version", "0.1.0", "-revision", "r"}, wantErr: "refusing to replace"},
