@@ -120,13 +120,15 @@ func deviceMapperName(root, mapped string) (string, bool) {
 }
 
 // fileSysDir finds the sysfs directory of the block device that holds the
-// file at the host path file, from the file's st_dev. Files on
-// filesystems without a backing block device (tmpfs, overlayfs, btrfs'
-// anonymous devices) have none.
+// file at the host path file: from the file's st_dev where the file can be
+// seen under root (the plugin run on the host), else from the host's mount
+// table (in its pod, which mounts /proc/1/mountinfo but not the host's
+// root). Files on filesystems without a backing block device (tmpfs,
+// overlayfs, btrfs' anonymous devices) have none.
 func fileSysDir(root, file string) (string, bool) {
 	var st unix.Stat_t
 	if err := unix.Stat(hostPath(root, file), &st); err != nil {
-		return "", false
+		return mountSysDir(root, file)
 	}
 	return devNumberSysDir(root, uint64(st.Dev))
 }
