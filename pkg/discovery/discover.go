@@ -23,7 +23,7 @@ type Options struct {
 	// in tests). All paths below are read under Root. Empty means "/".
 	Root string
 	// KubeletConfigPath is the kubelet's --config file, absolute host
-	// path (default DefaultKubeletConfigPath).
+	// path; empty when the kubelet has none (see ReadSwapBehavior).
 	KubeletConfigPath string
 	// KubeletConfigDir is the kubelet's optional --config-dir drop-in
 	// directory (absolute host path, may be empty). Files ending in .conf

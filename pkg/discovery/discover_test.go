@@ -399,9 +399,25 @@ func TestDiscoverUnreadableKubeletConfig(t *testing.T) {
 		},
 		{
 			name:        "unknown value",
-			opts:        func(root string) Options { return Options{Root: root} },
+			opts:        func(root string) Options { return Options{Root: root, KubeletConfigPath: DefaultKubeletConfigPath} },
 			setup:       func(h hostTree) { h.write(DefaultKubeletConfigPath, kubeletConfig("Everything")) },
 			wantProblem: "Everything",
+		},
+		{
+			name:        "no kubelet config given",
+			opts:        func(root string) Options { return Options{Root: root} },
+			wantProblem: "no kubelet configuration file",
+		},
+		{
+			name: "unreadable file",
+			opts: func(root string) Options { return Options{Root: root, KubeletConfigPath: DefaultKubeletConfigPath} },
+			// A directory where the file should be: read fails as it
+			// would for a file the plugin may not read.
+			setup: func(h hostTree) {
+				h.remove(DefaultKubeletConfigPath)
+				h.mkdir(DefaultKubeletConfigPath)
+			},
+			wantProblem: "read kubelet configuration",
 		},
 		{
 			name:        "missing drop-in directory",

@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -10,35 +11,44 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// DefaultKubeletConfigPath is where kubeadm and most distributions put the
-// kubelet's --config file.
+// DefaultKubeletConfigPath is where kubeadm (and kind, built on it) puts
+// the kubelet's --config file.
 const DefaultKubeletConfigPath = "/var/lib/kubelet/config.yaml"
 
 // dropInExtension is the extension of the kubelet's drop-in configuration
 // files; other files in --config-dir are ignored, as the kubelet does.
 const dropInExtension = ".conf"
 
+// ErrNoKubeletConfig says that neither a kubelet configuration file nor a
+// drop-in directory was given, so nothing tells the swap behavior.
+var ErrNoKubeletConfig = errors.New("no kubelet configuration file or drop-in directory given (the kubelet config path is empty)")
+
 // ReadSwapBehavior returns the kubelet's memorySwap.swapBehavior
 // (SwapBehaviorNoSwap or SwapBehaviorLimitedSwap) from the configuration
 // file configPath and, when configDir is not empty, the drop-in files
 // ending in .conf under configDir, which are applied over the main file in
 // lexical order (walking subdirectories, as the kubelet does). Both paths
-// are host paths read under root; an empty configPath means
-// DefaultKubeletConfigPath. A drop-in overrides the behavior only when it
-// sets a non-empty value; an empty result means the kubelet's default,
-// NoSwap.
+// are host paths read under root. An empty configPath means the kubelet
+// has no configuration file (k3s and EKS keep theirs in drop-ins only); a
+// drop-in overrides the behavior only when it sets a non-empty value; an
+// empty result means the kubelet's default, NoSwap.
 //
-// When a file cannot be read or parsed, or the behavior is not one the
-// kubelet knows, it returns SwapBehaviorUnknown and an error naming the
-// file or the value.
+// When neither path is given, a file cannot be read or parsed, or the
+// behavior is not one the kubelet knows, it returns SwapBehaviorUnknown
+// and an error naming the file or the value (ErrNoKubeletConfig when no
+// path was given).
 func ReadSwapBehavior(root, configPath, configDir string) (string, error) {
-	if configPath == "" {
-		configPath = DefaultKubeletConfigPath
+	if configPath == "" && configDir == "" {
+		return SwapBehaviorUnknown, ErrNoKubeletConfig
 	}
-	source := hostPath(root, configPath)
-	behavior, err := swapBehaviorFromFile(source)
-	if err != nil {
-		return SwapBehaviorUnknown, err
+	var behavior, source string
+	if configPath != "" {
+		source = hostPath(root, configPath)
+		b, err := swapBehaviorFromFile(source)
+		if err != nil {
+			return SwapBehaviorUnknown, err
+		}
+		behavior = b
 	}
 	if configDir != "" {
 		dropIns, err := dropInFiles(hostPath(root, configDir))

@@ -13,12 +13,15 @@ func kubeletConfig(swapBehavior string) string {
 
 func TestReadSwapBehavior(t *testing.T) {
 	tests := []struct {
-		name       string
-		files      map[string]string
-		configPath string
-		configDir  string
-		want       string
-		wantErr    string
+		name  string
+		files map[string]string
+		// configPath is DefaultKubeletConfigPath when empty, unless
+		// noConfigFile.
+		configPath   string
+		noConfigFile bool
+		configDir    string
+		want         string
+		wantErr      string
 	}{
 		{
 			name:  "NoSwap",
@@ -127,6 +130,31 @@ func TestReadSwapBehavior(t *testing.T) {
 			wantErr:   `"limitedswap" in /`,
 		},
 		{
+			name: "no config file: the drop-ins alone",
+			files: map[string]string{
+				DefaultKubeletConfigPath: kubeletConfig("UnlimitedSwap"), // not read
+				"/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf": kubeletConfigHeader + "maxPods: 110\n",
+				"/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-swap.conf":         kubeletConfig("LimitedSwap"),
+			},
+			noConfigFile: true,
+			configDir:    "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d",
+			want:         SwapBehaviorLimitedSwap,
+		},
+		{
+			name:         "no config file: drop-ins that do not set it",
+			files:        map[string]string{"/etc/kubernetes/kubelet/config.json.d/00-nodeadm.conf": kubeletConfigHeader + "maxPods: 110\n"},
+			noConfigFile: true,
+			configDir:    "/etc/kubernetes/kubelet/config.json.d",
+			want:         SwapBehaviorNoSwap,
+		},
+		{
+			name:         "neither a config file nor a drop-in directory",
+			files:        map[string]string{DefaultKubeletConfigPath: kubeletConfig("NoSwap")},
+			noConfigFile: true,
+			want:         SwapBehaviorUnknown,
+			wantErr:      "no kubelet configuration file or drop-in directory",
+		},
+		{
 			name:      "missing drop-in directory",
 			files:     map[string]string{DefaultKubeletConfigPath: kubeletConfig("LimitedSwap")},
 			configDir: "/etc/kubernetes/kubelet.conf.d",
@@ -140,7 +168,11 @@ func TestReadSwapBehavior(t *testing.T) {
 			for p, content := range tc.files {
 				h.write(p, content)
 			}
-			got, err := ReadSwapBehavior(h.root, tc.configPath, tc.configDir)
+			configPath := tc.configPath
+			if configPath == "" && !tc.noConfigFile {
+				configPath = DefaultKubeletConfigPath
+			}
+			got, err := ReadSwapBehavior(h.root, configPath, tc.configDir)
 			if got != tc.want {
 				t.Errorf("ReadSwapBehavior() = %q, want %q", got, tc.want)
 			}
