@@ -16,6 +16,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
 )
 
@@ -73,6 +75,10 @@ type Publisher struct {
 	writing chan struct{} // closed once this instance publishes
 	writer  bool
 	unlock  func()
+
+	// configUnreadable is the kubelet configuration's state the writer
+	// told the Node of last (false, readable, before the first sync).
+	configUnreadable bool
 }
 
 // Kick makes Run sync now (a taint came or went).
@@ -96,6 +102,14 @@ func (p *Publisher) kickChan() chan struct{} {
 const (
 	ReasonOvercommitted     = "SwapOvercommitted"
 	ReasonOvercommitCleared = "SwapOvercommitCleared"
+	// ReasonKubeletConfigUnreadable: the kubelet's swap behavior cannot
+	// be told, published as Unknown; ReasonKubeletConfigRead: it can
+	// again.
+	ReasonKubeletConfigUnreadable = "KubeletConfigUnreadable"
+	ReasonKubeletConfigRead       = "KubeletConfigRead"
+	// actionReadKubeletConfig is those events' action, which no taint
+	// event shares (see NodeEvent).
+	actionReadKubeletConfig = "ReadKubeletConfig"
 )
 
 type publishedState struct {
@@ -166,6 +180,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		offer = q.Value.Value()
 	}
 	p.checkOvercommit(ctx, offer)
+	p.checkKubeletConfig(facts)
 	device.Taints = append(device.Taints, p.taints.list()...)
 	if p.ExtraTaints != nil && reason == "" {
 		device.Taints = append(device.Taints, p.ExtraTaints()...)
@@ -230,6 +245,27 @@ func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
 		p.nodeEvent(corev1.EventTypeNormal, ReasonOvercommitCleared, taintAction("Untaint", TaintOvercommitted), fmt.Sprintf(
 			"The node offers %s of swap again and its swap claims hold %s: taint %s removed", quantity(offer), quantity(prepared), TaintOvercommitted))
 	}
+}
+
+// checkKubeletConfig tells the Node when the kubelet's configuration
+// becomes unreadable (at the first check too) and when it is read again:
+// once per change, not on every rescan; readable from the start is the
+// normal case, worth no event.
+func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
+	unreadable := facts.SwapBehaviorProblem != ""
+	if unreadable == p.configUnreadable {
+		return
+	}
+	p.configUnreadable = unreadable
+	if unreadable {
+		p.nodeEvent(corev1.EventTypeWarning, ReasonKubeletConfigUnreadable, actionReadKubeletConfig, eventmsg.Note(
+			"Cannot tell the kubelet's swap behavior, so the node's swap device is published with swapBehavior %s "+
+				"(the node label %s stays as it is): %s. Point --kubelet-config and --kubelet-config-dir (the chart's "+
+				"kubeletPlugin.kubeletConfig) at where this node keeps the kubelet's configuration", discovery.SwapBehaviorUnknown, labels.SwapBehavior, facts.SwapBehaviorProblem))
+		return
+	}
+	p.nodeEvent(corev1.EventTypeNormal, ReasonKubeletConfigRead, actionReadKubeletConfig, eventmsg.Note(
+		"The kubelet's configuration is readable again: swapBehavior %s is published", facts.SwapBehavior))
 }
 
 func (p *Publisher) nodeEvent(eventType, reason, action, message string) {

@@ -148,6 +148,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err != nil {
 		return fmt.Errorf("discover swap: %w", err)
 	}
+	metrics.setKubeletConfigReadable(facts.SwapBehaviorProblem == "")
 	if cfg.InstallHookFrom != "" {
 		dst := filepath.Join(cfg.Discovery.Root, cfg.HookPath)
 		installed, err := installHook(cfg.InstallHookFrom, dst)
@@ -197,6 +198,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		f, err := discovery.Discover(ctx, cfg.Discovery)
 		if err == nil {
 			metrics.setNode(cfg.Policy.Offer(f.TotalBytes), f.TotalBytes, f.UsedBytes)
+			metrics.setKubeletConfigReadable(f.SwapBehaviorProblem == "")
 		}
 		return f, err
 	}
