@@ -82,7 +82,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.Float64Var(&o.swapFullClearPercent, "swap-full-clear-percent", p.SwapFullClear*100, "Swap-full taint: cleared when the percentage of swap in use stays below this for --pressure-clear-after.")
 	fs.DurationVar(&p.SetAfter, "pressure-set-after", p.SetAfter, "How long a condition must hold before its taint is set.")
 	fs.DurationVar(&p.ClearAfter, "pressure-clear-after", p.ClearAfter, "How long a condition must be gone before its taint is cleared.")
-	fs.BoolVar(&o.cfg.ClaimUsageMetrics, "claim-usage-metrics", false, "Export dra_swap_claim_swap_used_bytes{namespace,claim}, the swap in use by each prepared claim's containers: one series per claim.")
+	fs.BoolVar(&o.cfg.ClaimUsageMetrics, "claim-usage-metrics", false, "Export dra_swap_claim_swap_used_bytes{claim_namespace,claim}, the swap in use by each prepared claim's containers: one series per claim.")
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "Queries per second to the API server, for the claim reads of the kubelet's calls and, with a rate limiter of their own, for events and claim status writes.")
 	fs.IntVar(&o.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics, readiness (registered with the kubelet) at /readyz and liveness (the plugin runs) at /healthz; disabled when empty.")

@@ -16,6 +16,12 @@ const (
 	opUnprepare = "unprepare"
 )
 
+// claimNamespaceLabel is the per-claim metric's label for the claim's
+// namespace: not "namespace", which the scrape gives every series (the
+// plugin pod's namespace) and which would rename this one to
+// exported_namespace.
+const claimNamespaceLabel = "claim_namespace"
+
 // Metrics are the plugin's Prometheus metrics, in a registry of their own.
 type Metrics struct {
 	registry  metrics.KubeRegistry
@@ -88,8 +94,8 @@ func NewMetrics() *Metrics {
 			Help: "1 while the plugin is registered with the container runtime over NRI (limits set in the OCI spec and updates corrected), 0 otherwise (the CDI hook and the verifier alone).", StabilityLevel: metrics.ALPHA,
 		}),
 		psi: metrics.NewGaugeVec(&metrics.GaugeOpts{
-			Namespace: "dra_swap", Name: "node_memory_pressure_percent",
-			Help: "Memory pressure stall (PSI avg10, percent) that the swap device's memory-pressure taint follows: source node (/proc/pressure/memory) or kubepods (the kubepods cgroup, cgroup v2), kind some or full.", StabilityLevel: metrics.ALPHA,
+			Namespace: "dra_swap", Name: "node_memory_pressure_ratio",
+			Help: "Memory pressure stall (PSI avg10 as a fraction 0..1 of the time; the --pressure-* thresholds are in percent) that the swap device's memory-pressure taint follows: source node (/proc/pressure/memory) or kubepods (the kubepods cgroup, cgroup v2), kind some or full.", StabilityLevel: metrics.ALPHA,
 		}, []string{"source", "kind"}),
 		psiOK: metrics.NewGauge(&metrics.GaugeOpts{
 			Namespace: "dra_swap", Name: "psi_available",
@@ -114,7 +120,7 @@ func NewMetrics() *Metrics {
 	m.claimUsed = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "claim_swap_used_bytes",
 		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
-	}, []string{"namespace", "claim"})
+	}, []string{claimNamespaceLabel, "claim"})
 	m.kubeletConfigOK = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "kubelet_config_readable",
 		Help: "1 while the kubelet's configuration (--kubelet-config, --kubelet-config-dir) is read and gives its swap behavior, 0 while it cannot be read (swapBehavior published as Unknown; the Node has a KubeletConfigUnreadable event saying why).", StabilityLevel: metrics.ALPHA,
@@ -141,8 +147,9 @@ func (m *Metrics) setPressure(f pressure.Figures, active []pressure.Taint) {
 			m.psi.DeleteLabelValues(source, "full")
 			continue
 		}
-		m.psi.WithLabelValues(source, "some").Set(s.SomeAvg10)
-		m.psi.WithLabelValues(source, "full").Set(s.FullAvg10)
+		// PSI is in percent, the metric a ratio (Prometheus base units).
+		m.psi.WithLabelValues(source, "some").Set(s.SomeAvg10 / 100)
+		m.psi.WithLabelValues(source, "full").Set(s.FullAvg10 / 100)
 	}
 	m.psiOK.Set(boolValue(f.PSIAvailable))
 	m.swapUsed.Set(f.SwapUsedFraction)

@@ -5,7 +5,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
 )
 
@@ -21,5 +25,45 @@ func TestBuildInfoMetric(t *testing.T) {
 	}
 	if !slices.Contains(m.Names(), version.MetricName) {
 		t.Errorf("Names() = %q, want %s among them", m.Names(), version.MetricName)
+	}
+}
+
+// TestMetricLabelsLeaveTargetLabels: no series of the plugin has a label
+// that the chart's ServiceMonitor gives every scraped series (the target's
+// namespace, pod, node, ...). Prometheus would rename such a label to
+// exported_<name>, so the per-claim metric's claim namespace is
+// claim_namespace, not namespace.
+func TestMetricLabelsLeaveTargetLabels(t *testing.T) {
+	targetLabels := []string{"namespace", "pod", "node", "container", "service", "endpoint", "instance", "job"}
+	m := NewMetrics()
+	m.enableClaimUsage()
+	// Give every vector a series, so that its labels show.
+	m.observe(opPrepare, nil, time.Millisecond)
+	m.restored.WithLabelValues("interval").Inc()
+	m.failed.WithLabelValues("interval").Inc()
+	m.setPressure(pressure.Figures{Node: pressure.SourceFigures{Present: true, SomeAvg10: 1}}, nil)
+	(&usageReporter{metrics: m}).set(map[types.NamespacedName]int64{{Namespace: "ns", Name: "a"}: 1500})
+	families, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range families {
+		seen[f.GetName()] = true
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if slices.Contains(targetLabels, l.GetName()) {
+					t.Errorf("%s has the label %q, which the scrape's target labels overwrite", f.GetName(), l.GetName())
+				}
+			}
+		}
+	}
+	for _, n := range m.Names() {
+		if !seen[n] {
+			t.Errorf("%s has no series: its labels went unchecked", n)
+		}
+	}
+	if want := `dra_swap_claim_swap_used_bytes{claim="a",claim_namespace="ns"} 1500`; !strings.Contains(scrapeHandler(t, m), want) {
+		t.Errorf("metrics lack %s", want)
 	}
 }

@@ -94,7 +94,8 @@ func TestPressureWatcher(t *testing.T) {
 	}
 	page := scrapeHandler(t, metrics)
 	for _, want := range []string{
-		`dra_swap_node_memory_pressure_percent{kind="some",source="kubepods"} 45.5`,
+		`dra_swap_node_memory_pressure_ratio{kind="some",source="kubepods"} 0.455`,
+		`dra_swap_node_memory_pressure_ratio{kind="full",source="kubepods"} 0.12`,
 		`dra_swap_device_taint{key="dra.swap/swap-full"} 1`,
 		`dra_swap_psi_available 1`,
 	} {

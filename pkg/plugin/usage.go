@@ -67,6 +67,12 @@ func (u *usageReporter) update(ctx context.Context) {
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Per-claim swap usage")
 	}
+	u.set(usage)
+}
+
+// set makes the gauges the claims' usage: one series per claim, those of
+// claims no longer prepared deleted.
+func (u *usageReporter) set(usage map[types.NamespacedName]int64) {
 	seen := map[types.NamespacedName]bool{}
 	for key, used := range usage {
 		u.metrics.claimUsed.WithLabelValues(key.Namespace, key.Name).Set(float64(used))

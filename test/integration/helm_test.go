@@ -107,6 +107,7 @@ func TestChart(t *testing.T) {
 	// CRDs so that the API server accepts the chart's objects of them.
 	for _, crd := range []struct{ group, kind, plural string }{
 		{"monitoring.coreos.com", "ServiceMonitor", "servicemonitors"},
+		{"monitoring.coreos.com", "PrometheusRule", "prometheusrules"},
 		{"cert-manager.io", "Certificate", "certificates"},
 	} {
 		createCRD(t, s, crd.group, crd.kind, crd.plural)
@@ -169,13 +170,14 @@ func TestChart(t *testing.T) {
 			// controller. The NetworkPolicy is optional.
 			want := map[string]int{"DaemonSet": 1, "Deployment": 1, "DeviceClass": 1, "MutatingWebhookConfiguration": 0,
 				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
-				"ServiceAccount": 2, "ResourceQuota": 1}
+				"ServiceAccount": 2, "ResourceQuota": 1, "ServiceMonitor": 0, "PrometheusRule": 0, "ConfigMap": 0}
 			// The controller's caBundle-only and own-secret-only policies
 			// come with its grants on the webhook configuration and on
 			// Secrets, in TLS mode self only.
 			switch name {
 			case "custom":
 				want["DeviceClass"], want["ServiceMonitor"], want["Certificate"], want["NetworkPolicy"] = 3, 2, 1, 1
+				want["PrometheusRule"], want["ConfigMap"] = 1, 1
 				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 3, 3
 			case "secret-tls":
 				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 3, 3
@@ -183,6 +185,7 @@ func TestChart(t *testing.T) {
 				want["PodDisruptionBudget"] = 0
 			case "overrides":
 				want["ServiceAccount"] = 1 // the plugin's: serviceAccount.create false
+				want["ServiceMonitor"], want["PrometheusRule"], want["ConfigMap"] = 2, 1, 1
 			}
 			for kind, n := range want {
 				if kinds[kind] != n {
@@ -236,6 +239,9 @@ func TestChart(t *testing.T) {
 			{"controller.extraVolumeMounts[0].name=x", "missing property 'mountPath'"},
 			{"kubeletPlugin.topologySpreadConstraints[0].maxSkew=1", "additional properties 'topologySpreadConstraints' not allowed"},
 			{"controller.topologySpreadConstraints[0].maxSkew=1", "missing properties 'topologyKey', 'whenUnsatisfiable'"},
+			{"metrics.prometheusRule.enable=true", "additional properties 'enable' not allowed"},
+			{"metrics.grafanaDashboard.labelValue=not a value", "/metrics/grafanaDashboard/labelValue"},
+			{"metrics.grafanaDashboard.sidecarLabel=x", "additional properties 'sidecarLabel' not allowed"},
 		} {
 			_, err := runHelm(t, "template", "x", chartDir, "--set", c.set)
 			if err == nil {

@@ -1,2 +1,4 @@
-// Package monitoring tests the dashboards and alert rules in deployments/monitoring.
+// Package monitoring tests the Grafana dashboard and the alert rules the
+// chart ships (deployments/helm/dra-driver-swap/files) and their runbook
+// (docs/runbook.md).
 package monitoring
