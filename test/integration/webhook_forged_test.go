@@ -355,6 +355,10 @@ func TestBindingLabelsThroughControllerPatch(t *testing.T) {
 			env := startController(t, func(s *controllerSetup) {
 				s.webhooks.BindingLabels = true
 				s.config.Policy = labels.Policy{Selection: mode}
+				// The webhook certificate Secret the chart lets the
+				// controller create (its -own-secret-only policy).
+				s.config.Cert.SecretNamespace = chartNamespace
+				s.config.Cert.SecretName = controllerSA + "-webhook-tls"
 				if mode == labels.SelectNamespaces {
 					s.webhooks.NamespaceSelector = selector
 					sel, err := metav1.LabelSelectorAsSelector(selector)
@@ -366,7 +370,7 @@ func TestBindingLabelsThroughControllerPatch(t *testing.T) {
 				// The chart's RBAC and admission policies, and the
 				// controller's token; the extra grants are only for what
 				// the test's setup keeps outside the chart's namespace
-				// (the lease, the webhook certificate).
+				// (the lease).
 				s.restConfig = func(api *framework.APIServer) *rest.Config {
 					// node-a's slice, before the chart's policy lets only
 					// the plugin write it.
