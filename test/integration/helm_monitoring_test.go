@@ -22,10 +22,10 @@ import (
 // controller's; the dashboard ConfigMap with files/grafana-dashboard.json
 // and the sidecar's label, both configurable.
 func TestChartMonitoring(t *testing.T) {
-	const monitoringKinds = "ServiceMonitor PrometheusRule ConfigMap"
+	monitoringKinds := []string{"ServiceMonitor", "PrometheusRule", "ConfigMap"}
 	t.Run("defaults", func(t *testing.T) {
 		for _, u := range renderChart(t, "dra-swap").objs {
-			if strings.Contains(monitoringKinds, u.GetKind()) {
+			if slices.Contains(monitoringKinds, u.GetKind()) {
 				t.Errorf("%s %s rendered by default", u.GetKind(), u.GetName())
 			}
 		}
