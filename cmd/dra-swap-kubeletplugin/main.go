@@ -57,7 +57,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.cfg.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod, for seamless rolling updates (default $POD_UID).")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
 	fs.StringVar(&o.cfg.Discovery.Root, "host-root", "/", "Where the host's root filesystem is visible (/proc, /sys, the kubelet config).")
-	fs.StringVar(&o.cfg.Discovery.KubeletConfigPath, "kubelet-config", "/var/lib/kubelet/config.yaml", "Host path of the kubelet's configuration file, read for memorySwap.swapBehavior.")
+	fs.StringVar(&o.cfg.Discovery.KubeletConfigPath, "kubelet-config", "/var/lib/kubelet/config.yaml", "Host path of the kubelet's configuration file, read for memorySwap.swapBehavior; empty when the kubelet has none (then only --kubelet-config-dir is read, and without it swapBehavior is published as Unknown).")
 	fs.StringVar(&o.cfg.Discovery.KubeletConfigDir, "kubelet-config-dir", "", "Host path of the kubelet's drop-in configuration directory (--config-dir), if any.")
 	fs.StringVar(&o.cfg.CDIDir, "cdi-dir", "/var/run/cdi", "Directory for the per-claim CDI specs (one the container runtime reads).")
 	fs.StringVar(&o.cfg.HookPath, "hook-path", "/opt/dra-swap/bin/dra-swap-hook", "Host path of the dra-swap-hook binary named in the CDI specs.")

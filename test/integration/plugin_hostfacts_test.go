@@ -1,0 +1,78 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+)
+
+// TestPluginWithoutKubeletConfig: a plugin pointed at a kubelet
+// configuration that is not there starts, publishes swapBehavior Unknown,
+// stores a KubeletConfigUnreadable event on the Node and exports
+// dra_swap_kubelet_config_readable 0; once the file appears, the behavior
+// is published, the Node is told, the metric is 1.
+func TestPluginWithoutKubeletConfig(t *testing.T) {
+	const configPath = "/etc/kubernetes/kubelet.yaml"
+	metricsPort := freePort(t)
+	ctx, client, h, _ := runPlugin(t, func(c *plugin.Config) {
+		c.Discovery.KubeletConfigPath = configPath
+		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	})
+	behavior := func(want string) func(*resourceapi.Device) bool {
+		return func(d *resourceapi.Device) bool {
+			if d == nil {
+				return false
+			}
+			a := d.Attributes[slice.AttrSwapBehavior]
+			return a.StringValue != nil && *a.StringValue == want
+		}
+	}
+	waitForSlice(t, ctx, client, "swapBehavior is Unknown", behavior(discovery.SwapBehaviorUnknown))
+	waitForNodeEvent(t, ctx, client, plugin.ReasonKubeletConfigUnreadable, configPath)
+	waitForMetric(t, ctx, metricsPort, "dra_swap_kubelet_config_readable 0\n")
+
+	h.write(configPath, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemorySwap:\n  swapBehavior: LimitedSwap\n")
+	waitForSlice(t, ctx, client, "swapBehavior is LimitedSwap", behavior(discovery.SwapBehaviorLimitedSwap))
+	waitForNodeEvent(t, ctx, client, plugin.ReasonKubeletConfigRead, "swapBehavior LimitedSwap")
+	waitForMetric(t, ctx, metricsPort, "dra_swap_kubelet_config_readable 1\n")
+}
+
+// TestPluginSwapFileMedium: a swap file the plugin cannot see (as in its
+// pod) gets the medium of the device of the host mount that holds it,
+// found in the host's mount table.
+func TestPluginSwapFileMedium(t *testing.T) {
+	ctx, client, h, _ := runPlugin(t)
+	h.write("proc/1/mountinfo", "20 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"+
+		"30 20 0:25 / /run rw,nosuid,nodev shared:5 - tmpfs tmpfs rw\n")
+	h.write("sys/dev/block/254:0/queue/rotational", "1\n")
+	h.write("proc/swaps", swaps("/var/lib/swap\\040dir/swapfile-1 file\t2097152\t\t0\t\t-2\n"))
+	waitForSlice(t, ctx, client, "medium is hdd", func(d *resourceapi.Device) bool {
+		if d == nil {
+			return false
+		}
+		a := d.Attributes[slice.AttrMedium]
+		return a.StringValue != nil && *a.StringValue == string(discovery.MediumHDD)
+	})
+}
+
+// waitForMetric waits until the plugin's metrics page holds line.
+func waitForMetric(t *testing.T, ctx context.Context, port int, line string) {
+	t.Helper()
+	var page string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		page = scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		return strings.Contains(page, line), nil
+	})
+	if err != nil {
+		t.Errorf("metrics never held %q: %v; last page:\n%s", line, err, page)
+	}
+}
