@@ -394,28 +394,11 @@ func readFile(path string) ([]byte, error) {
 // the hook then fails the container's start, loudly and within a bound,
 // rather than hang it. The returned function releases the lock.
 func Lock(stateDir string, wait time.Duration) (unlock func(), err error) {
-	f, err := openLock(stateDir)
-	if err != nil {
-		return nil, err
+	unlock, path, err := tryLock(stateDir, unix.LOCK_EX, wait)
+	if err == nil && unlock == nil {
+		err = fmt.Errorf("lock %s: still held by a reader (the kubelet plugin's verifier) after %s", path, wait)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		switch {
-		case err == nil:
-			return func() { f.Close() }, nil
-		case errors.Is(err, unix.EINTR):
-			continue
-		case !errors.Is(err, unix.EWOULDBLOCK):
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-		}
-		if !time.Now().Before(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: still held by a reader (the kubelet plugin's verifier) after %s", f.Name(), wait)
-		}
-		time.Sleep(lockPoll)
-	}
+	return unlock, err
 }
 
 // DefaultWriteLockWait is how long the hook waits for the state
@@ -429,25 +412,33 @@ const lockPoll = 5 * time.Millisecond
 // holding cgroups to them, trying for up to wait while the hook holds it;
 // ok is false when it held it all that time (nothing is locked then).
 func RLock(stateDir string, wait time.Duration) (unlock func(), ok bool, err error) {
+	unlock, _, err = tryLock(stateDir, unix.LOCK_SH, wait)
+	return unlock, unlock != nil, err
+}
+
+// tryLock takes the state directory's lock (how: LOCK_EX or LOCK_SH),
+// trying every lockPoll for up to wait; unlock is nil, with no error, when
+// it was held all that time. path is the lock file's.
+func tryLock(stateDir string, how int, wait time.Duration) (unlock func(), path string, err error) {
 	f, err := openLock(stateDir)
 	if err != nil {
-		return nil, false, err
+		return nil, "", err
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+		err = unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		switch {
 		case err == nil:
-			return func() { f.Close() }, true, nil
+			return func() { f.Close() }, f.Name(), nil
 		case errors.Is(err, unix.EINTR):
 			continue
 		case !errors.Is(err, unix.EWOULDBLOCK):
 			f.Close()
-			return nil, false, fmt.Errorf("lock %s: %w", f.Name(), err)
+			return nil, f.Name(), fmt.Errorf("lock %s: %w", f.Name(), err)
 		}
 		if !time.Now().Before(deadline) {
 			f.Close()
-			return nil, false, nil
+			return nil, f.Name(), nil
 		}
 		time.Sleep(lockPoll)
 	}
