@@ -109,6 +109,22 @@ func tokenClient(t *testing.T, s *framework.APIServer, namespace, sa string, pod
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
+// podTokenClient creates a pod of ServiceAccount sa in the chart's
+// namespace on node and returns a client with that pod's bound token (its
+// extra carries the node, as for the component's real pod).
+func podTokenClient(t *testing.T, s *framework.APIServer, name, sa, node string) kubernetes.Interface {
+	t.Helper()
+	pod, err := s.Client.CoreV1().Pods(chartNamespace).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: sa,
+			Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/dra-driver-swap:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokenClient(t, s, chartNamespace, sa, pod)
+}
+
 func driverSlice(node, driver string) *resourceapi.ResourceSlice {
 	return &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "policy-test-"},
@@ -144,15 +160,7 @@ func TestAdmissionPolicies(t *testing.T) {
 		}
 	}
 	// The plugin's pod on node-a, whose bound token carries the node.
-	pluginPod, err := s.Client.CoreV1().Pods(chartNamespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubeletplugin-a"},
-		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: pluginSA,
-			Containers: []corev1.Container{{Name: "plugin", Image: "registry.invalid/dra-driver-swap:1"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plugin := tokenClient(t, s, chartNamespace, pluginSA, pluginPod)
+	plugin := podTokenClient(t, s, "kubeletplugin-a", pluginSA, "node-a")
 	slices := plugin.ResourceV1().ResourceSlices()
 
 	// The policies take a moment to load: wait until one refuses.

@@ -69,19 +69,8 @@ func TestComponentGrants(t *testing.T) {
 	if _, err := s.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := func(name, sa string) *corev1.Pod {
-		p, err := s.Client.CoreV1().Pods(chartNamespace).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: sa,
-				Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/dra-driver-swap:1"}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	plugin := tokenClient(t, s, chartNamespace, pluginSA, pod("kubeletplugin-a", pluginSA))
-	controller := tokenClient(t, s, chartNamespace, controllerSA, pod("controller-a", controllerSA))
+	plugin := podTokenClient(t, s, "kubeletplugin-a", pluginSA, "node-a")
+	controller := podTokenClient(t, s, "controller-a", controllerSA, "node-a")
 	const (
 		resource  = "resource.k8s.io"
 		admission = "admissionregistration.k8s.io"

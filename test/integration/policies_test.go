@@ -336,15 +336,7 @@ func testPluginClaimStatus(t *testing.T, s *framework.APIServer, byPolicy bool) 
 			t.Fatal(err)
 		}
 	}
-	pluginPod, err := s.Client.CoreV1().Pods(chartNamespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubeletplugin-a"},
-		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: pluginSA,
-			Containers: []corev1.Container{{Name: "plugin", Image: "registry.invalid/dra-driver-swap:1"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pluginClient := tokenClient(t, s, chartNamespace, pluginSA, pluginPod)
+	pluginClient := podTokenClient(t, s, "kubeletplugin-a", pluginSA, "node-a")
 
 	// claim is a claim of a dra.swap device and a gpu.example.com device,
 	// allocated on node (unless reserved is nil, reserved for a pod), with
