@@ -358,35 +358,18 @@ func checkManifest(t *testing.T, img v1.Image) {
 // files, in that order, at the root, 0755, owned by 0:0, mtime 0.
 func checkFiles(t *testing.T, img v1.Image, files []string) {
 	t.Helper()
-	layers, err := img.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("layers: %d, %v; want one", len(layers), err)
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatalf("layer: %v", err)
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
 	var names []string
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("reading the layer: %v", err)
-		}
+	eachFile(t, img, func(hdr *tar.Header, r io.Reader) {
 		names = append(names, hdr.Name)
 		if hdr.Typeflag != tar.TypeReg || hdr.Mode != 0o755 || hdr.Uid != 0 || hdr.Gid != 0 || !hdr.ModTime.Equal(time.Unix(0, 0)) {
 			t.Errorf("%s: type %c mode %o owner %d:%d mtime %v; want a regular file, 0755, 0:0, the Unix epoch",
 				hdr.Name, hdr.Typeflag, hdr.Mode, hdr.Uid, hdr.Gid, hdr.ModTime)
 		}
 		magic := make([]byte, 4)
-		if _, err := io.ReadFull(tr, magic); err != nil || string(magic) != "\x7fELF" {
+		if _, err := io.ReadFull(r, magic); err != nil || string(magic) != "\x7fELF" {
 			t.Errorf("%s: starts with %q (%v), want an ELF executable", hdr.Name, magic, err)
 		}
-	}
+	})
 	if !slices.Equal(names, files) {
 		t.Errorf("files %q, want %q", names, files)
 	}
@@ -395,6 +378,28 @@ func checkFiles(t *testing.T, img v1.Image, files []string) {
 // extractFiles writes the files of img's only layer into dir and returns
 // their paths.
 func extractFiles(t *testing.T, img v1.Image, dir string) []string {
+	t.Helper()
+	var paths []string
+	eachFile(t, img, func(hdr *tar.Header, r io.Reader) {
+		p := filepath.Join(dir, filepath.Base(hdr.Name))
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(f, r)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatalf("extracting %s: %v", hdr.Name, err)
+		}
+		paths = append(paths, p)
+	})
+	return paths
+}
+
+// eachFile calls fn with each entry of img's only layer and its content.
+func eachFile(t *testing.T, img v1.Image, fn func(*tar.Header, io.Reader)) {
 	t.Helper()
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
@@ -406,28 +411,15 @@ func extractFiles(t *testing.T, img v1.Image, dir string) []string {
 	}
 	defer rc.Close()
 	tr := tar.NewReader(rc)
-	var paths []string
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return paths
+			return
 		}
 		if err != nil {
 			t.Fatalf("reading the layer: %v", err)
 		}
-		p := filepath.Join(dir, filepath.Base(hdr.Name))
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = io.Copy(f, tr)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatalf("extracting %s: %v", hdr.Name, err)
-		}
-		paths = append(paths, p)
+		fn(hdr, tr)
 	}
 }
 
