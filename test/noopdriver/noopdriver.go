@@ -78,8 +78,19 @@ func Start(ctx context.Context, client kubernetes.Interface, cfg Config) (*kubel
 	if err != nil {
 		return nil, fmt.Errorf("start the no-op driver: %w", err)
 	}
-	size := resource.MustParse("1Ti")
-	device := resourceapi.Device{
+	if err := helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+		cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{Device(resource.MustParse("1Ti"))}}}},
+	}}); err != nil {
+		helper.Stop()
+		return nil, fmt.Errorf("publish the no-op driver's device: %w", err)
+	}
+	return helper, nil
+}
+
+// Device is the no-op driver's device: shareable, with consumable capacity
+// CapacityName of size (default 1Gi, steps of 1Mi), as dra.swap's device.
+func Device(size resource.Quantity) resourceapi.Device {
+	return resourceapi.Device{
 		Name:                     DeviceName,
 		AllowMultipleAllocations: ptr.To(true),
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{CapacityName: {
@@ -90,11 +101,4 @@ func Start(ctx context.Context, client kubernetes.Interface, cfg Config) (*kubel
 			},
 		}},
 	}
-	if err := helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{device}}}},
-	}}); err != nil {
-		helper.Stop()
-		return nil, fmt.Errorf("publish the no-op driver's device: %w", err)
-	}
-	return helper, nil
 }
