@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the commands of the tools module (test/tools) that the integration
-# and end-to-end tests run: real Kubernetes components and the helm v4 CLI,
-# from source, in one go build.
+# and end-to-end tests and `make release` run: real Kubernetes components,
+# the helm v4 CLI and cyclonedx-gomod (the release's SBOMs), from source, in
+# one go build.
 #
 # Usage: hack/build-tools.sh [COMMAND...]
 #   COMMAND is one of kube-apiserver, kube-scheduler, kube-controller-manager,
-#   kubelet, kube-proxy, helm (default: kube-apiserver).
+#   kubelet, kube-proxy, helm, cyclonedx-gomod (default: kube-apiserver).
 #
 # helm is built in the same module as Kubernetes, and that module requires
 # the versions the driver's module does for every package both compile
@@ -73,7 +74,8 @@ package_of() {
 	case "$1" in
 	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet | kube-proxy) echo "k8s.io/kubernetes/cmd/$1" ;;
 	helm) echo helm.sh/helm/v4/cmd/helm ;;
-	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy or helm)" ;;
+	cyclonedx-gomod) echo github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod ;;
+	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, helm or cyclonedx-gomod)" ;;
 	esac
 }
 for cmd in "$@"; do

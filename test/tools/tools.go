@@ -1,10 +1,11 @@
 //go:build tools
 
 // Package tools pins the Kubernetes commands and the helm CLI that tests
-// build from source.
+// build from source, and cyclonedx-gomod, which writes the release's SBOMs.
 package tools
 
 import (
+	_ "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod"
 	_ "helm.sh/helm/v4/cmd/helm"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
