@@ -24,7 +24,7 @@ GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push test unit integration e2e e2e-v2 demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean unit-compile fmt-check
+.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean unit-compile fmt-check
 
 all: build
 
@@ -50,12 +50,23 @@ push: image-tool
 	@if [ -z "$(REGISTRY)" ]; then echo "make push needs REGISTRY=HOST:PORT" >&2; exit 1; fi
 	$(OUT_DIR)/dra-swap-images push -from $(IMAGES_DIR) -registry $(REGISTRY)
 
+## release: the release of VERSION (x.y.z, required) in RELEASE_DIR: the
+## driver's image as a multi-arch OCI image index (linux/amd64, linux/arm64)
+## with its SBOM as an OCI referrer (an OCI layout tar), the packaged chart,
+## and SHA256SUMS; with REGISTRY=HOST:PORT also pushed there, the image as
+## $(REGISTRY)/dra-driver-swap:VERSION and the chart to oci://$(REGISTRY)/charts
+## (hack/release.sh).
+RELEASE_DIR ?= $(CURDIR)/_output/release
+release:
+	@if [ "$(origin VERSION)" = file ]; then echo "make release needs VERSION=x.y.z" >&2; exit 1; fi
+	VERSION=$(VERSION) REVISION=$(REVISION) REGISTRY=$(REGISTRY) RELEASE_DIR=$(RELEASE_DIR) OUT_DIR=$(OUT_DIR) hack/release.sh
+
 ## test: everything a change must pass: static checks, unit tests,
-## integration tests, and end-to-end tests on a real cluster, on this host's
-## cgroups (v1 here) and on cgroup v2 in an emulated guest (E2E=skip skips
-## both): `make verify unit integration e2e e2e-v2`, with the builds of both
-## legs done once, the guest image built while the cluster's compile, and
-## vet and the unit tests' compile in the CPU time the legs leave idle
+## integration tests, and end-to-end tests on a real two-node cluster, this
+## host's node (cgroup v1 here) and a cgroup v2 node in an emulated guest
+## (E2E=skip skips them): `make verify unit integration e2e-cluster`, with
+## the guest image built while the cluster's binaries compile, and vet and
+## the unit tests' compile in the CPU time the e2e run leaves idle
 ## (hack/test.sh).
 test:
 	hack/test.sh
@@ -111,10 +122,12 @@ e2e:
 	@mkdir -p _output
 	hack/e2e.sh
 
-## e2e-v2: the same suite on a cgroup v2 node: a Debian guest (kernel 6.1) under QEMU emulation.
-e2e-v2:
+## e2e-cluster: the suite on a two-node cluster: this host's node and a
+## cgroup v2 node, a Debian guest (kernel 6.1) under QEMU emulation, each
+## node's tests pinned to it, then the tests of both nodes (make test runs this).
+e2e-cluster:
 	@mkdir -p _output
-	hack/e2e-v2.sh
+	hack/e2e-cluster.sh
 
 ## demo: bring up the local cluster with the driver and show swap limits applied.
 demo:

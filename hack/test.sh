@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # make test: gofmt and go vet, the unit tests (-race), the integration tests
-# and both end-to-end legs (this host, and cgroup v2 in an emulated guest),
-# arranged for a 2-core machine with cold caches:
+# and the end-to-end suite on a two-node cluster (this host's node, cgroup
+# v1, and an emulated guest's, cgroup v2: hack/e2e-cluster.sh), arranged
+# for a 2-core machine with cold caches:
 #   1. gofmt (fails at once), the modules downloaded in the background;
 #   2. the builds: the cluster's binaries, images and the e2e suite (one
-#      static binary for both legs), with the guest image (mostly downloads
+#      static binary for both nodes), with the guest image (mostly downloads
 #      and disk) beside them;
-#   3. the legs and the integration tests one after another, at normal
-#      priority. Beside them, in the CPU time they leave idle (SCHED_IDLE:
-#      the legs never wait for it), go vet and the compiling of the -race
-#      unit tests, the other two large compiles of a cold run;
+#   3. the two-node e2e run and the integration tests one after another, at
+#      normal priority. Beside them, in the CPU time they leave idle
+#      (SCHED_IDLE: the e2e run never waits for it), go vet and the
+#      compiling of the -race unit tests, the other two large compiles of a
+#      cold run;
 #   4. the unit tests, at normal priority (compiled by then: links and runs).
 # Nothing timed runs at idle priority: vet's result does not depend on time,
 # and the unit tests themselves run in step 4. Running the emulated leg
@@ -22,8 +24,8 @@
 # component of the host leg's cluster is a group of its own, as heavy as
 # QEMU's whatever its nice value.
 #   E2E=skip   no cluster builds; verify, unit and integration tests only
-#              (both legs say they skip)
-# Logs: _output/{verify,unit-build,integration,e2e,e2e-v2}.log.
+#              (the e2e run says it skips)
+# Logs: _output/{verify,unit-build,integration,e2e,e2e-v2,e2e-nodes}.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p _output
@@ -36,8 +38,7 @@ make --no-print-directory fmt-check
 if [ "${E2E:-}" = skip ]; then
 	rc=0
 	make --no-print-directory verify unit integration || rc=1
-	hack/e2e.sh
-	hack/e2e-v2.sh
+	hack/e2e-cluster.sh
 	exit "$rc"
 fi
 
@@ -76,12 +77,10 @@ checks=$!
 trap 'kill "$checks" 2>/dev/null || true; rm -rf "$unit_bin"' EXIT
 
 rc=0
-phase "e2e on cgroup v2 (emulated guest; its control plane on this host)"
-E2E_SKIP_BUILD=1 hack/e2e-v2.sh || rc=1
+phase "e2e on two nodes (this host, and cgroup v2 in an emulated guest)"
+E2E_SKIP_BUILD=1 hack/e2e-cluster.sh || rc=1
 phase "integration tests"
 make --no-print-directory integration || rc=1
-phase "e2e on this host (cgroup v$( [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] && echo 2 || echo 1))"
-E2E_SKIP_BUILD=1 hack/e2e.sh || rc=1
 
 phase "waiting for go vet and the unit tests' compile"
 if ! wait "$checks"; then

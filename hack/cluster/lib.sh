@@ -17,6 +17,13 @@ IMAGE_LAYOUTS="$IMAGES $IMAGES_UPGRADE"
 CLUSTER_DIR="${CLUSTER_DIR:-/var/lib/dra-swap-e2e}"
 NODE_NAME="${NODE_NAME:-dra-swap-node}"
 SWAP_SIZE_MIB="${SWAP_SIZE_MIB:-1024}"
+# The node's facts that differ between the two nodes of the e2e cluster
+# (hack/e2e-cluster.sh): the kubelet's swapBehavior and the node's zone and
+# region labels.
+SWAP_BEHAVIOR="${SWAP_BEHAVIOR:-NoSwap}"
+case "$SWAP_BEHAVIOR" in NoSwap | LimitedSwap) ;; *) echo "SWAP_BEHAVIOR must be NoSwap or LimitedSwap, not $SWAP_BEHAVIOR" >&2; exit 1 ;; esac
+NODE_ZONE="${NODE_ZONE:-zone-a}"
+NODE_REGION="${NODE_REGION:-region-1}"
 ETCD_PORT="${ETCD_PORT:-23790}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-23800}"
 API_PORT="${API_PORT:-26443}"
@@ -43,6 +50,16 @@ API_HOST="${API_HOST:-$NODE_IP}"
 # Pod network: a bridge (CNI bridge + host-local IPAM) on the node, and
 # kube-proxy in iptables mode for Services.
 POD_CIDR="${POD_CIDR:-10.88.0.0/16}"
+# Every node's pod network (kube-proxy's clusterCIDR): 10.88.0.0/16 on the
+# host, 10.89.0.0/16 in the guest.
+CLUSTER_CIDR="${CLUSTER_CIDR:-10.88.0.0/15}"
+# A second node (hack/e2e-cluster.sh): on the first, PEER_NODE_NAME is the
+# node the control plane makes a kubelet certificate for (in NODE_PKI); on
+# either, PEER_POD_CIDR is routed to PEER_NODE_IP (the other end of the
+# link between them) and noted for teardown.
+PEER_NODE_NAME="${PEER_NODE_NAME:-}"
+PEER_NODE_IP="${PEER_NODE_IP:-}"
+PEER_POD_CIDR="${PEER_POD_CIDR:-}"
 POD_BRIDGE=dra-swap0
 CNI_NETWORK=dra-swap-pods
 SERVICE_CIDR=10.0.0.0/24
@@ -241,6 +258,16 @@ add_node_ip() {
 	fi
 	ip addr add "$NODE_IP/32" dev lo label "$NODE_IP_LABEL" || die "cannot add $NODE_IP/32 to lo"
 	log "node IP $NODE_IP/32 on lo ($NODE_IP_LABEL)"
+}
+
+# add_peer_route: PEER_POD_CIDR via PEER_NODE_IP (the pods of the other
+# node), noted in CLUSTER_DIR/routes for teardown.
+add_peer_route() {
+	[ -n "$PEER_POD_CIDR" ] || return 0
+	[ -n "$PEER_NODE_IP" ] || die "PEER_POD_CIDR needs PEER_NODE_IP"
+	ip route replace "$PEER_POD_CIDR" via "$PEER_NODE_IP" || die "cannot route $PEER_POD_CIDR via $PEER_NODE_IP"
+	echo "$PEER_POD_CIDR via $PEER_NODE_IP" >> "$CLUSTER_DIR/routes"
+	log "the other node's pods: $PEER_POD_CIDR via $PEER_NODE_IP"
 }
 
 # add_service_route: a node without a default route (the guest) cannot even

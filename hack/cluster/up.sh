@@ -7,9 +7,12 @@
 # CLUSTER_DIR (default /var/lib/dra-swap-e2e). Clears whatever an earlier,
 # killed run left.
 #   UP_SKIP_DRIVER=1  stop before installing the driver (a cluster without it)
-#   CLUSTER_ROLE=control-plane|node  one half of the cluster (lib.sh): the
-#                     v2 leg runs the control plane on the host and the node
-#                     in its emulated guest
+#   CLUSTER_ROLE=control-plane|node  one half of the cluster (lib.sh)
+#   PEER_NODE_NAME, PEER_NODE_IP, PEER_POD_CIDR, NODE_PKI  a second node
+#                     (hack/e2e-cluster.sh: this host and an emulated guest)
+#   UP_JOIN=1         a node joining a cluster whose driver is installed
+#                     already: wait for the driver's DaemonSet to publish
+#                     this node's swap instead of installing it
 source "$(dirname "$0")/lib.sh"
 require_root
 begin=$SECONDS
@@ -46,6 +49,7 @@ if has_node; then
 	done
 	add_node_ip
 	add_service_route
+	add_peer_route
 	set_sysctls
 else
 	[ -n "$(ip -4 -o addr show to "$API_HOST/32")" ] || die "no interface has the API server's address $API_HOST"
@@ -76,11 +80,19 @@ if has_control_plane; then
 	cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 	openssl genrsa -out sa.key 2048 2>/dev/null
 	openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+	if [ -n "$PEER_NODE_NAME" ]; then
+		cert peer-kubelet "/O=system:nodes/CN=system:node:$PEER_NODE_NAME"
+	fi
 	cd - >/dev/null
-	if ! has_node; then
-		[ -n "$NODE_PKI" ] || die "CLUSTER_ROLE=control-plane needs NODE_PKI, where to put the node's certificates"
+	if ! has_node || [ -n "$PEER_NODE_NAME" ]; then
+		[ -n "$NODE_PKI" ] || die "a node elsewhere (CLUSTER_ROLE=control-plane or PEER_NODE_NAME) needs NODE_PKI, where to put its certificates"
 		mkdir -p "$NODE_PKI"
 		for f in $NODE_PKI_FILES; do cp "$PKI/$f" "$NODE_PKI/"; done
+		# The other node's kubelet has a certificate of its own name.
+		if [ -n "$PEER_NODE_NAME" ]; then
+			cp "$PKI/peer-kubelet.crt" "$NODE_PKI/kubelet.crt"
+			cp "$PKI/peer-kubelet.key" "$NODE_PKI/kubelet.key"
+		fi
 	fi
 else
 	log "certificates from $NODE_PKI"
@@ -124,6 +136,10 @@ NRI_DISABLE=${NRI_DISABLE:-0}
 CGROUP_DRIVER=$CGROUP_DRIVER
 CLUSTER_ROLE=$CLUSTER_ROLE
 API_HOST=$API_HOST
+SWAP_BEHAVIOR=$SWAP_BEHAVIOR
+NODE_ZONE=$NODE_ZONE
+NODE_REGION=$NODE_REGION
+PEER_NODE_NAME=$PEER_NODE_NAME
 CONTROL_PLANE_LOGS=${CONTROL_PLANE_LOGS:-$LOGS}
 ENV
 
@@ -261,7 +277,7 @@ cgroupDriver: $CGROUP_DRIVER
 failCgroupV1: false
 failSwapOn: false
 memorySwap:
-  swapBehavior: NoSwap
+  swapBehavior: $SWAP_BEHAVIOR
 # The apiserver reaches the kubelet (logs, exec) at the node IP.
 address: $NODE_IP
 healthzBindAddress: 127.0.0.1
@@ -296,7 +312,7 @@ bindAddress: "$NODE_IP"
 healthzBindAddress: "127.0.0.1:$PROXY_HEALTHZ_PORT"
 metricsBindAddress: "127.0.0.1:$PROXY_METRICS_PORT"
 mode: iptables
-clusterCIDR: "$POD_CIDR"
+clusterCIDR: "$CLUSTER_CIDR"
 nodePortAddresses: [primary]
 iptables:
   localhostNodePorts: false
@@ -314,6 +330,9 @@ wait_for "kube-proxy healthy" 60 curl -sf "http://127.0.0.1:$PROXY_HEALTHZ_PORT/
 # --- the driver
 if [ "${UP_SKIP_DRIVER:-}" = 1 ]; then
 	log "UP_SKIP_DRIVER=1: the driver is not installed"
+elif [ "${UP_JOIN:-}" = 1 ]; then
+	log "UP_JOIN=1: waiting for the installed driver's DaemonSet to publish this node's swap"
+	"$BIN/e2e-clusterctl" driver-ready || { "$REPO/hack/cluster/logs.sh" 30 >&2; die "the driver published no swap device for $NODE_NAME"; }
 else
 	"$REPO/hack/cluster/driver.sh" start
 	"$BIN/e2e-clusterctl" driver-ready || { "$REPO/hack/cluster/logs.sh" 30 >&2; die "the driver published no swap device"; }

@@ -46,15 +46,24 @@ func (c *env) driverWorkloads(t *testing.T) (*appsv1.DaemonSet, *appsv1.Deployme
 }
 
 // pluginPods are the kubelet plugin's pods, oldest first.
+// pluginPods are the kubelet plugin's pods on this suite's node (in the
+// two-node cluster the DaemonSet has one on each).
 func (c *env) pluginPods(t *testing.T) []corev1.Pod {
 	t.Helper()
-	ds, _ := c.driverWorkloads(t)
-	return c.podsOf(t, metav1.FormatLabelSelector(ds.Spec.Selector))
+	return c.pluginPodsOn(t, c.node)
 }
 
-func (c *env) podsOf(t *testing.T, selector string) []corev1.Pod {
+func (c *env) pluginPodsOn(t *testing.T, node string) []corev1.Pod {
 	t.Helper()
-	list, err := c.client.CoreV1().Pods(driverNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	ds, _ := c.driverWorkloads(t)
+	return c.podsOf(t, metav1.FormatLabelSelector(ds.Spec.Selector), "spec.nodeName="+node)
+}
+
+// podsOf lists the driver's pods matching selector (and the field
+// selector, if given), oldest first.
+func (c *env) podsOf(t *testing.T, selector string, fieldSelector ...string) []corev1.Pod {
+	t.Helper()
+	list, err := c.client.CoreV1().Pods(driverNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector, FieldSelector: strings.Join(fieldSelector, ",")})
 	if err != nil {
 		t.Fatal(err)
 	}

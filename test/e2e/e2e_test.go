@@ -54,7 +54,8 @@ func TestSwapClaimPreventsOOM(t *testing.T) {
 	t.Logf("with claim: swap limit %d, swap used %d", r.SwapLimitBytes, r.SwapUsageBytes)
 	c.waitEvent(t, with, corev1.EventTypeNormal, "SwapApplied", `Swap limit 300Mi applied to container "worker" on node "`+c.node+`"`)
 
-	// A pod without a claim gets no swap from the kubelet (NoSwap): v2
+	// A pod without a claim gets no swap from the kubelet (NoSwap; and
+	// under LimitedSwap too, as its memory request equals its limit): v2
 	// memory.swap.max is 0 (a kubelet misplaced in the root cgroup would
 	// leave "max" and fail this), v1 memsw equals the memory limit.
 	assertNoSwap(t, c.report(t, without, "worker", "START"))
@@ -541,7 +542,7 @@ func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
 		t.Fatalf("phase %s, reason %s", pod.Status.Phase, terminatedReason(pod, "worker"))
 	}
 	r := c.report(t, pod, "worker", "START")
-	want := map[string]string{"DOWNWARD_HOSTNAME": node.Labels["kubernetes.io/hostname"], "DOWNWARD_SWAP_BEHAVIOR": wantBehavior, "DOWNWARD_ZONE": "zone-a"}
+	want := map[string]string{"DOWNWARD_HOSTNAME": node.Labels["kubernetes.io/hostname"], "DOWNWARD_SWAP_BEHAVIOR": wantBehavior, "DOWNWARD_ZONE": node.Labels[corev1.LabelTopologyZone]}
 	for k, v := range want {
 		if r.Downward[k] != v {
 			t.Errorf("%s=%q at container start, want %q (all: %v)", k, r.Downward[k], v, r.Downward)

@@ -134,12 +134,15 @@ type Container struct {
 	Thrash   int    // seconds to touch the allocation again and again first
 }
 
-// WorkloadPod builds a hostNetwork pod of workload containers; templates
-// maps pod-level claim names to ResourceClaimTemplates.
+// WorkloadPod builds a hostNetwork pod of workload containers, pinned to
+// the cluster's node (in the two-node cluster each node's suite tests its
+// own node; a test of placement removes NodeSelector); templates maps
+// pod-level claim names to ResourceClaimTemplates.
 func (c *Cluster) WorkloadPod(ns, name string, templates map[string]string, containers ...Container) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{corev1.LabelHostname: c.Node},
 			HostNetwork:                   true,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To[int64](1),

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -50,8 +51,15 @@ func run(ctx context.Context, cmd string, args []string) error {
 			return false, nil
 		})
 	case "setup":
-		patch := `{"metadata":{"labels":{"topology.kubernetes.io/zone":"zone-a","topology.kubernetes.io/region":"region-1"}}}`
-		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{
+			corev1.LabelTopologyZone: c.Env["NODE_ZONE"], corev1.LabelTopologyRegion: c.Env["NODE_REGION"]}}})
+		if err != nil {
+			return err
+		}
+		if c.Env["NODE_ZONE"] == "" || c.Env["NODE_REGION"] == "" {
+			return fmt.Errorf("the cluster's env file names no NODE_ZONE and NODE_REGION")
+		}
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("label node: %w", err)
 		}
 		return poll(ctx, time.Minute, "the default ServiceAccount", func(ctx context.Context) (bool, error) {

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# Runs the end-to-end suite on a two-node cluster: one control plane on this
+# host, and two nodes with different facts on purpose:
+#   dra-swap-node   this host: cgroup v1, cgroupfs, kubelet NoSwap (the
+#                   kubelet refuses LimitedSwap on cgroup v1), 1 GiB of
+#                   swap, zone-a/region-1, pods 10.88.0.0/16
+#   dra-swap-guest  a Debian guest under QEMU software emulation
+#                   (hack/guest): cgroup v2, systemd, kubelet LimitedSwap,
+#                   768 MiB of swap, zone-b/region-2, pods 10.89.0.0/16
+# joined over a tap link (host 10.200.0.1, guest 10.200.0.2) with each
+# node's pod network routed to the other. The driver is installed once, by
+# helm, on this host; its DaemonSet runs on both nodes.
+# Three phases, one after another (the emulated guest must not share its
+# CPU with a running suite: see hack/test.sh):
+#   1. host   the suite, its pods pinned to this host's node, before the
+#             guest boots (the guest's name is known, its node is not there);
+#   2. guest  the guest boots, joins, and runs the same suite pinned to its
+#             node (tests that do not depend on the cgroup version skip
+#             there: hostLegOnly);
+#   3. nodes  from this host, the tests of both nodes (TestTwoNodes*), the
+#             last of which powers the guest off for good (node gone).
+# The guest's suite writes its exit code to the share; qemu's own exit code
+# says nothing.
+#   E2E=skip          skip, explicitly
+#   E2E_RUN=regexp    run only the matching tests (go test -run) in each phase
+#   E2E_PHASES        which phases run (default "host guest nodes"; the guest
+#                     boots for "guest" or "nodes")
+#   E2E_SKIP_BUILD=1  use what hack/e2e-build.sh and hack/guest/build.sh built
+#   E2E_V2_TIMEOUT    seconds for the whole guest run (default 3600)
+# If the emulator stops running the guest (hack/guest/run.sh: no heartbeat,
+# exit 3) before its suite finished, that says nothing of what the guest
+# ran: the phase says so and boots the guest once more. A test failure is
+# never run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${E2E:-}" = skip ]; then
+	echo "e2e-cluster: SKIPPED because E2E=skip was set"
+	exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "e2e-cluster: the cluster runs a kubelet, containerd, swapon and a guest image build (debootstrap): run as root or set E2E=skip." >&2
+	exit 1
+fi
+if [ ! -r /proc/swaps ] || ! command -v swapon >/dev/null; then
+	echo "e2e-cluster: this machine cannot enable swap (no /proc/swaps or swapon); set E2E=skip to skip explicitly." >&2
+	exit 1
+fi
+phases=" ${E2E_PHASES:-host guest nodes} "
+has_phase() { [[ "$phases" == *" $1 "* ]]; }
+
+start=$SECONDS
+if [ "${E2E_SKIP_BUILD:-}" != 1 ]; then
+	hack/e2e-build.sh
+	hack/guest/build.sh
+	echo "e2e-cluster: host and guest builds took $((SECONDS - start)) s"
+fi
+
+share=$PWD/_output/guest-share
+rm -rf "$share"
+mkdir -p "$share/repo/hack" "$share/repo/_output" "$share/repo/test/e2e" "$share/repo/deployments"
+cp -a hack/cluster "$share/repo/hack/"
+# The chart that the guest suite's driver tests reinstall and upgrade.
+cp -a deployments/helm "$share/repo/deployments/"
+# Hard links where possible: the binaries, images and the suite are large.
+link_or_copy() { cp -al "$1" "$2" 2>/dev/null || cp -a "$1" "$2"; }
+link_or_copy _output/bin "$share/repo/_output/bin"
+for layout in images images-upgrade; do
+	link_or_copy "_output/$layout" "$share/repo/_output/$layout"
+done
+link_or_copy _output/e2e.test "$share/e2e.test"
+printf '%s' "${E2E_RUN:-}" > "$share/run-filter"
+
+tap=dra-swap-tap0 host_ip=10.200.0.1 guest_ip=10.200.0.2
+host_pods=10.88.0.0/16 guest_pods=10.89.0.0/16
+host_node=dra-swap-node guest_node=dra-swap-guest
+# This host: the control plane (on its end of the tap link, where the
+# guest reaches it and the registry) and the first node.
+host_env=(CLUSTER_ROLE=all NODE_NAME=$host_node NODE_IP=$host_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip
+	POD_CIDR=$host_pods NODE_PKI="$share/pki" PEER_NODE_NAME=$guest_node PEER_NODE_IP=$guest_ip PEER_POD_CIDR=$guest_pods
+	SWAP_BEHAVIOR=NoSwap SWAP_SIZE_MIB=1024 NODE_ZONE=zone-a NODE_REGION=region-1)
+cluster_down() {
+	env "${host_env[@]}" hack/cluster/down.sh >/dev/null 2>&1 || true
+	ip link del "$tap" 2>/dev/null || true
+}
+cluster_up() {
+	cluster_down
+	ip tuntap add dev "$tap" mode tap
+	ip addr add "$host_ip/24" dev "$tap"
+	ip link set "$tap" up
+	env "${host_env[@]}" hack/cluster/up.sh
+}
+trap cluster_down EXIT
+# The guest: the second node, joining.
+cat > "$share/node.env" <<ENV
+export CLUSTER_ROLE=node NODE_NAME=$guest_node NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip NODE_PKI=/share/pki \\
+	POD_CIDR=$guest_pods PEER_NODE_IP=$host_ip PEER_POD_CIDR=$host_pods \\
+	SWAP_BEHAVIOR=LimitedSwap SWAP_SIZE_MIB=768 NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1
+ENV
+cat > "$share/run.sh" <<'RUN'
+#!/bin/bash
+# Inside the guest: join the cluster from the shared scripts, run the suite
+# pinned to this node, then wait until the host's two-node tests are done
+# (the last one asks for the power-off) and exit with the suite's code.
+set -euo pipefail
+# systemd is the guest's PID 1: the kubelet and containerd use the systemd cgroup
+# driver and run as systemd units (the host's node keeps cgroupfs).
+export TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_EMULATED=1 CGROUP_DRIVER=systemd
+source /share/node.env
+echo "guest: $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), in $(cat /proc/self/cgroup)"
+cd /share/repo
+hack/cluster/up.sh
+# The image the two-node upgrade test rolls to, pulled now: the emulated
+# containerd took minutes to pull it while the test's pods were starting.
+source /var/lib/dra-swap-e2e/env
+/share/repo/_output/bin/ctr -a "$CONTAINERD_SOCK" -n k8s.io images pull --plain-http \
+	"$REGISTRY/dra-driver-swap:$DRIVER_UPGRADE_VERSION" >/dev/null
+rc=0
+if [ -f /share/run-guest-suite ]; then
+	cd test/e2e
+	filter=$(cat /share/run-filter)
+	/share/e2e.test -test.v -test.timeout 40m -test.skip '^TestTwoNodes' ${filter:+-test.run "$filter"} || rc=$?
+	cd /share/repo
+fi
+/share/repo/hack/cluster/logs.sh 60 > /share/cluster-logs.txt 2>&1 || true
+echo "$rc" > /share/node-suite-rc
+echo "guest: suite exited with $rc; the node stays up for the two-node tests"
+# At most an hour: the host's run is bounded by its own timeout.
+for _ in $(seq 3600); do
+	[ -f /share/poweroff ] && break
+	sleep 1
+done
+echo "guest: powering off ($( [ -f /share/poweroff ] && echo asked || echo 'not asked within an hour'))"
+exit "$rc"
+RUN
+chmod +x "$share/run.sh"
+has_phase guest && touch "$share/run-guest-suite"
+
+rc=0
+up=$SECONDS
+cluster_up
+echo "e2e-cluster: control plane and $host_node up with the driver in $((SECONDS - up)) s"
+
+# suite LOG ARGS...: the compiled suite, in its package directory as go
+# test runs it, on this host.
+suite() {
+	local log=$1
+	shift
+	set +e
+	(cd test/e2e && ../../_output/e2e.test -test.count=1 -test.v -test.timeout 40m "$@") 2>&1 |
+		tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|^\s+\S+_test.go:'
+	local r=${PIPESTATUS[0]}
+	set -e
+	return "$r"
+}
+
+if has_phase host; then
+	t=$SECONDS
+	echo "e2e-cluster: phase host: the suite on $host_node (cgroup v$( [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] && echo 2 || echo 1))"
+	suite _output/e2e.log -test.skip '^TestTwoNodes' ${E2E_RUN:+-test.run "$E2E_RUN"} || rc=1
+	echo "e2e-cluster: phase host took $((SECONDS - t)) s ($([ "$rc" = 0 ] && echo ok || echo FAIL); full log: _output/e2e.log)"
+fi
+
+if has_phase guest || has_phase nodes; then
+	t=$SECONDS
+	echo "e2e-cluster: phase guest: $guest_node boots, joins and runs the suite on cgroup v2"
+	for attempt in 1 2; do
+		rm -f "$share"/{node-suite-rc,poweroff}
+		GUEST_TAP=$tap hack/guest/run.sh "$share" "${E2E_V2_TIMEOUT:-3600}" > _output/e2e-v2.log 2>&1 &
+		guest=$!
+		# Until the guest's suite is done (or the guest stopped).
+		while kill -0 "$guest" 2>/dev/null && [ ! -f "$share/node-suite-rc" ]; do sleep 2; done
+		if [ -f "$share/node-suite-rc" ]; then
+			break
+		fi
+		grc=0
+		wait "$guest" || grc=$?
+		if [ "$grc" != 3 ] || [ "$attempt" = 2 ]; then
+			break
+		fi
+		cp _output/e2e-v2.log _output/e2e-v2.stalled.log
+		cp "$share/console.log" _output/e2e-v2.stalled-console.log 2>/dev/null || true
+		echo "e2e-cluster: the emulator stopped running the guest before its suite finished (no heartbeat; _output/e2e-v2.stalled*.log):" \
+			"that is no result of the suite, so the guest boots once more"
+	done
+	if [ -f "$share/node-suite-rc" ]; then
+		echo "e2e-cluster: phase guest took $((SECONDS - t)) s (suite exit $(cat "$share/node-suite-rc"); its log follows at the end)"
+	else
+		echo "e2e-cluster: phase guest: the guest stopped before its suite finished (after $((SECONDS - t)) s)"
+	fi
+fi
+
+nodes_rc=0
+if has_phase nodes && [ -f "$share/node-suite-rc" ]; then
+	t=$SECONDS
+	echo "e2e-cluster: phase nodes: the two-node tests, from this host"
+	TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_GUEST_SHARE=$share suite _output/e2e-nodes.log -test.run "${E2E_RUN:-^TestTwoNodes}" || nodes_rc=1
+	echo "e2e-cluster: phase nodes took $((SECONDS - t)) s ($([ "$nodes_rc" = 0 ] && echo ok || echo FAIL); full log: _output/e2e-nodes.log)"
+	[ "$nodes_rc" = 0 ] || rc=1
+elif has_phase nodes; then
+	echo "e2e-cluster: phase nodes cannot run: the guest node never finished joining" >&2
+	rc=1
+fi
+
+if has_phase guest || has_phase nodes; then
+	touch "$share/poweroff"
+	grc=0
+	wait "$guest" 2>/dev/null || grc=$?
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|guest:|\[cluster|\[guest-run)|^\s+\S+_test.go:' _output/e2e-v2.log || true
+	if [ "$grc" != 0 ]; then
+		rc=1
+		if [ -f "$share/cluster-logs.txt" ]; then
+			echo "e2e-cluster: component log tails from the guest:"
+			tail -n 200 "$share/cluster-logs.txt"
+		fi
+		echo "e2e-cluster: the guest console's last 40 lines (kernel messages such as OOM kills):"
+		tail -n 40 "$share/console.log" 2>/dev/null || echo "(no console.log)"
+	fi
+	echo "e2e-cluster: the guest's run exited with $grc (full log: _output/e2e-v2.log)"
+fi
+if [ "$rc" != 0 ]; then
+	echo "e2e-cluster: this host's component log tails:"
+	env "${host_env[@]}" hack/cluster/logs.sh 30 || true
+fi
+echo "e2e-cluster: $([ "$rc" = 0 ] && echo ok || echo FAIL) after $((SECONDS - start)) s"
+exit "$rc"
