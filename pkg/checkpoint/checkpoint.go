@@ -11,7 +11,9 @@
 // may call either. So nobody keeps the checkpoint in memory: every change
 // reads the file, changes it and saves it under an exclusive flock(2) on a
 // lock file beside it (Update), which excludes other processes and other
-// Stores in the same process alike.
+// Stores in the same process alike. The changes of one Store's concurrent
+// callers are committed in groups: those that wait while the lock is held
+// are applied in turn to one read of the file and saved with one write.
 package checkpoint
 
 import (
@@ -22,6 +24,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
@@ -75,11 +79,30 @@ func New(bootID string) *Checkpoint {
 }
 
 // Store reads and writes the checkpoint file at one path. It keeps no
-// state between calls, so any number of Stores, in one process or in
-// several, can share a file.
+// checkpoint between calls, so any number of Stores, in one process or in
+// several, can share a file; what it keeps is the queue of its callers'
+// changes that wait for the lock. A Store must not be copied.
 type Store struct {
 	path   string
 	bootID string
+
+	mu sync.Mutex
+	// queue holds the Updates that wait for the group being committed.
+	queue []*update
+	// committing: one caller commits a group and hands that on.
+	committing bool
+}
+
+// update is one caller's change, waiting to be committed with others.
+type update struct {
+	change func(cp *Checkpoint) error
+	undo   func() error
+	err    error
+	// panicked is what change panicked with, raised again in its caller.
+	panicked any
+	// wake receives true when this caller is to commit the next group,
+	// false when its change was committed by another.
+	wake chan bool
 }
 
 // NewStore returns a Store for path on the boot identified by bootID.
@@ -100,36 +123,157 @@ func (s *Store) LockPath() string { return s.path + ".lock" }
 // checkpoint of this boot), calls change with it and, when change returns
 // nil, saves the result, all before unlocking, so that changes made by
 // other instances in the meantime are never lost. When change returns an
-// error, nothing is saved and Update returns that error as it is. When
-// saving fails, undo (if not nil) runs while the lock is still held, to take
-// back what went with the change (a CDI spec written for a new claim),
-// and Update returns the save error joined with undo's.
+// error, what it changed is taken back, nothing of it is saved and Update
+// returns that error as it is. When saving fails, undo (if not nil) runs
+// while the lock is still held, to take back what went with the change (a
+// CDI spec written for a new claim), and Update returns the save error
+// joined with undo's.
+//
+// Concurrent Updates of one Store are committed in groups: the calls that
+// arrive while a group is being committed wait, and the first of them then
+// takes the lock, reads the file once, calls each waiting change in turn
+// (each sees those before it, as if the calls had run one after the
+// other) and saves once for all of them. A change is never saved without
+// its undo having run when the save fails, nor reported done before the
+// save that holds it; a group's save is one atomic rename, as a single
+// change's is, so a crash leaves all of a group or none of it.
 //
 // An unusable file (see Load) is an error wrapping ErrUnusable; only Open,
 // at start-up, sets it aside: a running instance must not discard a file
 // that another instance (of another release) may have written.
 func (s *Store) Update(change func(cp *Checkpoint) error, undo func() error) error {
+	u := &update{change: change, undo: undo, wake: make(chan bool, 1)}
+	s.mu.Lock()
+	s.queue = append(s.queue, u)
+	lead := !s.committing
+	s.committing = true
+	s.mu.Unlock()
+	if !lead && !<-u.wake {
+		return u.result()
+	}
+	s.commitGroup()
+	return u.result()
+}
+
+// errAbandoned is the result of a change whose group's commit ended
+// before it was saved (a change ended its goroutine).
+var errAbandoned = errors.New("the checkpoint update was abandoned: another change of its group ended its goroutine")
+
+func (u *update) result() error {
+	if u.panicked != nil {
+		panic(u.panicked)
+	}
+	return u.err
+}
+
+// commitGroup takes the lock, then every queued update (the caller's own
+// among them), commits them, wakes their callers and hands the next group
+// to the first caller that queued meanwhile; all of which also happens
+// when the caller's goroutine ends in between.
+func (s *Store) commitGroup() {
 	unlock, err := s.lock(unix.LOCK_EX)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	cp, _, err := s.Load()
-	if err != nil {
-		return err
-	}
-	if err := change(cp); err != nil {
-		return err
-	}
-	if err := s.save(cp); err != nil {
-		if undo != nil {
-			if undoErr := undo(); undoErr != nil {
-				err = errors.Join(err, fmt.Errorf("undo the change that was not saved: %w", undoErr))
+	// Those that queued while the lock was awaited go with this group.
+	s.mu.Lock()
+	group := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	finished := false
+	defer func() {
+		if err == nil {
+			unlock()
+		}
+		for _, u := range group {
+			if !finished && u.err == nil && u.panicked == nil {
+				u.err = errAbandoned
 			}
 		}
-		return err
+		for _, u := range group[1:] {
+			u.wake <- false
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.queue) > 0 {
+			s.queue[0].wake <- true
+			return
+		}
+		s.committing = false
+	}()
+	if err != nil {
+		for _, u := range group {
+			u.err = err
+		}
+	} else {
+		s.commit(group)
 	}
-	return nil
+	finished = true
+}
+
+// commit applies the group's changes to one read of the file and saves
+// them once; the caller holds the lock. Each update's err is its result.
+func (s *Store) commit(group []*update) {
+	cp, _, err := s.Load()
+	if err != nil {
+		for _, u := range group {
+			u.err = err
+		}
+		return
+	}
+	var changed []*update
+	for _, u := range group {
+		// A change that fails must leave nothing behind in what the
+		// others' changes are saved with.
+		before := cp.clone()
+		if !u.apply(cp) {
+			*cp = *before
+			continue
+		}
+		changed = append(changed, u)
+	}
+	if len(changed) == 0 {
+		return
+	}
+	if err := s.save(cp); err != nil {
+		for _, u := range changed {
+			u.err = err
+			if u.undo != nil {
+				if undoErr := u.undo(); undoErr != nil {
+					u.err = errors.Join(err, fmt.Errorf("undo the change that was not saved: %w", undoErr))
+				}
+			}
+		}
+	}
+}
+
+// apply calls the change; a panic is kept for its caller. It reports
+// whether the change succeeded.
+func (u *update) apply(cp *Checkpoint) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			u.panicked, ok = r, false
+		}
+	}()
+	u.err = u.change(cp)
+	return u.err == nil
+}
+
+// clone is a deep copy of cp.
+func (cp *Checkpoint) clone() *Checkpoint {
+	out := *cp
+	out.Claims = make(map[types.UID]ClaimInfo, len(cp.Claims))
+	for uid, c := range cp.Claims {
+		c.Devices = slices.Clone(c.Devices)
+		for i := range c.Devices {
+			d := &c.Devices[i]
+			d.Requests = slices.Clone(d.Requests)
+			d.CDIDeviceIDs = slices.Clone(d.CDIDeviceIDs)
+			if d.ShareID != nil {
+				share := *d.ShareID
+				d.ShareID = &share
+			}
+		}
+		out.Claims[uid] = c
+	}
+	return &out
 }
 
 // Read returns the checkpoint as Update would see it, read under a shared

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/testprocess"
@@ -316,5 +318,148 @@ func updateInChild(t *testing.T, index int) {
 		if err := s.Update(addClaim(types.UID(fmt.Sprintf("p%d-%d", index, i))), nil); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// queued is how many Updates of s wait for their group (test helper).
+func (s *Store) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}
+
+// TestUpdateGroupCommit has changes of one Store wait while another
+// instance holds the lock, as the kubelet's calls for pods that start
+// together do: they are committed as one group, with one read of the file
+// (every change sees the same checkpoint, and the changes before it) and
+// one save, and each keeps the outcome it would have had alone: a failed
+// change is taken back and saves nothing, a panic is raised in its own
+// caller, a failed save undoes every change it would have saved.
+func TestUpdateGroupCommit(t *testing.T) {
+	const (
+		add       = "add"
+		fail      = "fail"      // adds its claim, then fails
+		panics    = "panic"     // adds its claim, then panics
+		breakSave = "breakSave" // adds its claim; a directory where the file goes fails the save
+	)
+	errChange := errors.New("change refused")
+	tests := []struct {
+		name    string
+		changes []string
+		// wantSaved are the claims on disk afterwards (nil: no file).
+		wantSaved []types.UID
+	}{
+		{name: "all succeed", changes: []string{add, add, add, add}, wantSaved: []types.UID{"c0", "c1", "c2", "c3"}},
+		{name: "a failed change is taken back", changes: []string{add, fail, add}, wantSaved: []types.UID{"c0", "c2"}},
+		{name: "only failures save nothing", changes: []string{fail, fail}},
+		{name: "a panic stays with its caller", changes: []string{add, panics, add}, wantSaved: []types.UID{"c0", "c2"}},
+		{name: "a failed save undoes every saved change", changes: []string{add, breakSave, fail, add}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "checkpoint.json")
+			s := NewStore(path, boot)
+			// Another instance holds the lock while the changes queue.
+			unlockOther, err := NewStore(path, boot).lock(unix.LOCK_EX)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type outcome struct {
+				err      error
+				panicked any
+				undone   bool
+				seen     *Checkpoint
+				before   int // claims the change saw
+			}
+			var mu sync.Mutex
+			order := map[types.UID]int{} // the order the changes ran in
+			out := make([]outcome, len(tc.changes))
+			var wg sync.WaitGroup
+			for i, kind := range tc.changes {
+				uid := types.UID(fmt.Sprintf("c%d", i))
+				change := func(cp *Checkpoint) error {
+					mu.Lock()
+					out[i].seen, out[i].before = cp, len(cp.Claims)
+					order[uid] = len(order)
+					mu.Unlock()
+					_ = addClaim(uid)(cp)
+					switch kind {
+					case fail:
+						return fmt.Errorf("%s: %w", uid, errChange)
+					case panics:
+						panic(uid)
+					case breakSave:
+						if err := os.Mkdir(path, 0o700); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				wg.Go(func() {
+					defer func() { out[i].panicked = recover() }()
+					out[i].err = s.Update(change, func() error {
+						out[i].undone = true
+						return nil
+					})
+				})
+				// In this order: the first one takes the group.
+				for s.queued() != i+1 {
+					runtime.Gosched()
+				}
+			}
+			unlockOther()
+			wg.Wait()
+
+			saveFails := slices.Contains(tc.changes, breakSave)
+			succeeded := 0
+			for i, kind := range tc.changes {
+				o := out[i]
+				if o.seen != out[0].seen {
+					t.Errorf("change %d saw checkpoint %p, change 0 %p: the group was not read once", i, o.seen, out[0].seen)
+				}
+				if o.before != succeeded {
+					t.Errorf("change %d saw %d claims, want the %d of the changes that succeeded before it", i, o.before, succeeded)
+				}
+				switch kind {
+				case fail:
+					if !errors.Is(o.err, errChange) || o.undone || o.panicked != nil {
+						t.Errorf("change %d: err %v, undone %v, panicked %v; want its own error only", i, o.err, o.undone, o.panicked)
+					}
+				case panics:
+					if o.panicked != types.UID(fmt.Sprintf("c%d", i)) || o.undone {
+						t.Errorf("change %d: panicked %v, undone %v; want its own panic, not undone", i, o.panicked, o.undone)
+					}
+				default:
+					succeeded++
+					if saveFails {
+						if o.err == nil || !strings.Contains(o.err.Error(), "replace checkpoint") || !o.undone {
+							t.Errorf("change %d: err %v, undone %v; want the save's error and undo", i, o.err, o.undone)
+						}
+					} else if o.err != nil || o.undone {
+						t.Errorf("change %d: err %v, undone %v; want saved", i, o.err, o.undone)
+					}
+				}
+			}
+			for i := range tc.changes {
+				if order[types.UID(fmt.Sprintf("c%d", i))] != i {
+					t.Errorf("changes ran in the order %v, want the order they were queued in", order)
+					break
+				}
+			}
+			if saveFails {
+				return
+			}
+			cp, _, err := s.Load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sortedUIDs(cp); tc.wantSaved == nil && len(got) != 0 || tc.wantSaved != nil && fmt.Sprint(got) != fmt.Sprint(tc.wantSaved) {
+				t.Errorf("saved claims %v, want %v", got, tc.wantSaved)
+			}
+			// The Store is free for the next caller.
+			if err := s.Update(addClaim("after"), nil); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -256,3 +258,73 @@ func TestRecordedTotals(t *testing.T) {
 }
 
 const uidRecordedC = "00000000-0000-4000-8000-00000000000c"
+
+// countingStore counts the Updates that have been called.
+type countingStore struct {
+	CheckpointStore
+	mu    sync.Mutex
+	calls int
+}
+
+func (c *countingStore) Update(change func(*checkpoint.Checkpoint) error, undo func() error) error {
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
+	return c.CheckpointStore.Update(change, undo)
+}
+
+func (c *countingStore) called() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}
+
+// TestConcurrentPreparesKeepTheOffer: the kubelet's calls for pods that
+// start together (one claim each) wait while another instance holds the
+// checkpoint's lock and are then committed together; each still sees the
+// claims prepared before it, so the node's offer is never exceeded, and a
+// refused claim leaves neither a spec nor an entry.
+func TestConcurrentPreparesKeepTheOffer(t *testing.T) {
+	const calls, fits = 12, 10
+	e := newEnv(t)
+	counting := &countingStore{CheckpointStore: e.saver}
+	e.m = NewManager(Options{DriverName: "dra.swap", PoolName: node, CgroupVersion: func() int { return 1 },
+		Offer: func() int64 { return fits * mi }}, e.writer, counting, e.pods)
+	ctx := testContext(t)
+	lock, err := os.OpenFile(e.store.LockPath(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		uid := fmt.Sprintf("00000000-0000-4000-8000-%012x", i)
+		wg.Go(func() {
+			errs[i] = e.m.Prepare(ctx, []*resourceapi.ResourceClaim{newClaim(uid, "c"+uid[24:], mi)})[types.UID(uid)].Err
+		})
+	}
+	for counting.called() != calls {
+		runtime.Gosched()
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	refused := 0
+	for _, err := range errs {
+		if err != nil {
+			if !strings.Contains(err.Error(), "does not fit now") {
+				t.Errorf("prepare failed: %v", err)
+			}
+			refused++
+		}
+	}
+	if refused != calls-fits {
+		t.Errorf("%d prepares refused, want %d", refused, calls-fits)
+	}
+	assertPrepared(t, e, fits)
+}
