@@ -24,7 +24,7 @@ GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster demo demo-down verify fuzz bench bench-e2e k8s-binaries helm manifests deps clean unit-compile fmt-check
+.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster demo demo-down verify fuzz bench bench-e2e bench-scale k8s-binaries helm manifests deps clean unit-compile fmt-check
 
 all: build
 
@@ -112,10 +112,11 @@ manifests: helm
 	   $(OUT_DIR)/helm template dra-driver-swap $(CHART) --namespace dra-swap; } > deployments/static/dra-driver-swap.yaml
 
 ## integration: the kubelet plugin, the controller and the chart against a
-## real kube-apiserver and etcd.
+## real kube-apiserver and etcd; the scale harness's small run (test/scale:
+## 100 simulated nodes, a real kube-scheduler).
 integration: deps
-	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver helm
-	HELM=$(OUT_DIR)/helm KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(NOCGO) $(GO) test -count=1 -v ./test/integration/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver kube-scheduler helm
+	HELM=$(OUT_DIR)/helm KUBE_APISERVER=$(OUT_DIR)/kube-apiserver KUBE_SCHEDULER=$(OUT_DIR)/kube-scheduler $(NOCGO) $(GO) test -count=1 -v ./test/integration/... ./test/scale/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 ## e2e: a real single-node cluster (kubelet, containerd, runc, swap file) and the e2e suite.
 e2e:
@@ -165,6 +166,21 @@ bench-e2e:
 	hack/cluster/build.sh
 	hack/cluster/up.sh
 	set -o pipefail; trap 'hack/cluster/down.sh' EXIT; BENCH_REPORT=$(CURDIR)/_output/bench-e2e.txt $(GO) test -run='^$$' -bench=BenchmarkPodStartup -benchtime=1x -timeout 30m ./test/e2e/ | grep -vE '^\s*$$'; cat $(CURDIR)/_output/bench-e2e.txt
+
+## bench-scale: the scale harness (test/scale): a real etcd, kube-apiserver,
+## kube-scheduler and dra-swap-controller with simulated nodes, at each
+## NODES:PODS of SCALE_RUNS (pods per mode: no claim, no-op claim, swap
+## claim); prints markdown tables with the machine, also to
+## _output/bench-scale.txt (log: _output/bench-scale.log). Not in make test.
+SCALE_RUNS ?= 100:10000,1000:10000,5000:10000
+bench-scale: deps build
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver kube-scheduler
+	@mkdir -p _output
+	SCALE_RUNS=$(SCALE_RUNS) BENCH_SCALE_REPORT=$(CURDIR)/_output/bench-scale.txt KUBE_APISERVER=$(OUT_DIR)/kube-apiserver \
+		KUBE_SCHEDULER=$(OUT_DIR)/kube-scheduler DRA_SWAP_CONTROLLER=$(OUT_DIR)/dra-swap-controller \
+		$(NOCGO) $(GO) test -run='^$$' -bench=BenchmarkScale -benchtime=1x -timeout 180m ./test/scale/ > _output/bench-scale.log 2>&1 \
+		|| { grep -vE 'stats.go:[0-9]+\]' _output/bench-scale.log | tail -80; exit 1; }
+	@cat _output/bench-scale.txt
 
 clean:
 	rm -rf _output
