@@ -60,10 +60,6 @@ type Cluster struct {
 	controller        *process
 	controllerMetrics string
 	webhookURL        string
-
-	// etcdSwapSlices is how much etcd's in-use database grew when the
-	// dra.swap slices were created.
-	etcdSwapSlices float64
 }
 
 // nodeName is the name of simulated node i.
@@ -219,8 +215,11 @@ func StartCluster(ctx context.Context, t testing.TB, nodes int) (*Cluster, error
 		return nil, err
 	}
 	t.Cleanup(func() {
-		if c.scheduler != nil {
-			c.scheduler.stop()
+		c.stopScheduler()
+		if t.Failed() {
+			for _, log := range []string{"kube-scheduler.log", "dra-swap-controller.log"} {
+				t.Logf("----- last lines of %s -----\n%s", log, tail(filepath.Join(c.dir, log), 40))
+			}
 		}
 	})
 	return c, nil
@@ -229,16 +228,21 @@ func StartCluster(ctx context.Context, t testing.TB, nodes int) (*Cluster, error
 // createNodes creates the Nodes, then their dra.swap and no-op slices.
 func (c *Cluster) createNodes(ctx context.Context) error {
 	if err := parallel(ctx, c.nodes, func(ctx context.Context, i int) error {
-		_, err := c.client.CoreV1().Nodes().Create(ctx, simulatedNode(i), metav1.CreateOptions{})
+		node, err := c.client.CoreV1().Nodes().Create(ctx, simulatedNode(i), metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("create node %s: %w", nodeName(i), err)
 		}
+		// The API server's TaintNodesByCondition admission taints a new
+		// node not-ready; the node lifecycle controller, which does not
+		// run here, would lift it once the node is Ready.
+		if len(node.Spec.Taints) > 0 {
+			node.Spec.Taints = nil
+			if _, err := c.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("untaint node %s: %w", nodeName(i), err)
+			}
+		}
 		return nil
 	}); err != nil {
-		return err
-	}
-	before, err := c.etcdInUse(ctx)
-	if err != nil {
 		return err
 	}
 	if err := parallel(ctx, c.nodes, func(ctx context.Context, i int) error {
@@ -253,11 +257,6 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	after, err := c.etcdInUse(ctx)
-	if err != nil {
-		return err
-	}
-	c.etcdSwapSlices = after - before
 	return parallel(ctx, c.nodes, func(ctx context.Context, i int) error {
 		rs := noopSlice(i)
 		if _, err := c.client.ResourceV1().ResourceSlices().Create(ctx, rs, metav1.CreateOptions{}); err != nil {
@@ -265,16 +264,6 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 		}
 		return nil
 	})
-}
-
-// etcdInUse is the bytes in use of etcd's database
-// (etcd_mvcc_db_total_size_in_use_in_bytes).
-func (c *Cluster) etcdInUse(ctx context.Context) (float64, error) {
-	m, err := scrape(ctx, c.s.EtcdURL+"/metrics")
-	if err != nil {
-		return 0, fmt.Errorf("etcd metrics: %w", err)
-	}
-	return sum(m, "etcd_mvcc_db_total_size_in_use_in_bytes", nil), nil
 }
 
 // setOffer republishes node i's dra.swap slice offering total bytes, as
@@ -423,4 +412,14 @@ func (c *Cluster) namespace(ctx context.Context, name string) error {
 		return fmt.Errorf("create the default ServiceAccount of %s: %w", name, err)
 	}
 	return nil
+}
+
+// tail is the last n lines of a file.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

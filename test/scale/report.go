@@ -103,13 +103,13 @@ func WriteReport(w io.Writer, machine string, results []Result, failures []strin
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Slices and messages: one node's objects as stored (protobuf), etcd's in-use growth per node when the dra.swap slices were created; a node's offer growing until a pending pod fits: slice update → the pod's binding; the largest event note (API limit for events.k8s.io notes: 1024 bytes) and the pending pod's PodScheduled message; writes the scheduler's or controller's log says were refused as invalid:")
+	fmt.Fprintln(w, "Slices and messages: the objects a node adds (its Node with the controller's labels, its dra.swap ResourceSlice; the no-op slice exists only in this harness) as etcd stores them (protobuf); a pending pod that fits only once a node's offer grows: that node's slice update → the pod's binding; the largest event note (the events API allows 1024 bytes) and the pending pod's PodScheduled message; writes the scheduler's or the controller's log says were refused:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| nodes | Node | dra.swap slice | no-op slice | etcd per node (dra.swap slice) | swap change → bound | largest event note | PodScheduled message | refused writes |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| nodes | Node | dra.swap slice | no-op slice | swap change → bound | largest event note | PodScheduled message | refused writes |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
-		fmt.Fprintf(w, "| %d | %d B | %d B | %d B | %.0f B | %s | %d B (%s) | %d B | %d |\n", r.Config.Nodes, r.NodeBytes, r.SwapSliceBytes, r.NoopSliceBytes,
-			r.EtcdSwapSlicePerNode, dur(r.SwapChange), r.MaxEventNote, r.MaxEventReason, r.MaxConditionMessage, r.RefusedWrites)
+		fmt.Fprintf(w, "| %d | %d B | %d B | %d B | %s | %d B (%s) | %d B | %d |\n", r.Config.Nodes, r.NodeBytes, r.SwapSliceBytes, r.NoopSliceBytes,
+			dur(r.SwapChange), r.MaxEventNote, r.MaxEventReason, r.MaxConditionMessage, r.RefusedWrites)
 	}
 	for _, f := range failures {
 		fmt.Fprintf(w, "\nStopped: %s\n", f)

@@ -89,11 +89,10 @@ type ModeResult struct {
 type Result struct {
 	Config Config
 	Modes  []ModeResult
-	// Serialized (protobuf, as the API server stores them) sizes of one
-	// node's objects, and the growth of etcd's in-use database per node
-	// when the dra.swap slices were created.
+	// Serialized (protobuf, as etcd holds them) sizes of one node's
+	// objects at the end: its Node (with the controller's labels), its
+	// dra.swap slice and its no-op slice.
 	NodeBytes, SwapSliceBytes, NoopSliceBytes int
-	EtcdSwapSlicePerNode                      float64
 	// SwapChange is the time from a node's slice update (its offer grows)
 	// to the binding of a pod that fits only after it, as a watch sees it.
 	SwapChange time.Duration
@@ -120,9 +119,6 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.Setup = time.Since(start)
-	if err := c.sizes(ctx, &res); err != nil {
-		return res, err
-	}
 	modes := Modes()
 	for i, m := range modes {
 		mr, err := c.runMode(ctx, m, cfg.Pods)
@@ -146,7 +142,7 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 	if err := c.messages(ctx, &res); err != nil {
 		return res, err
 	}
-	return res, nil
+	return res, c.sizes(ctx, &res)
 }
 
 // createPods creates n pods in m's namespace and, for a mode with a
@@ -254,16 +250,21 @@ func (tr *tracker) observe(obj any) {
 	}
 	now := time.Now()
 	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	_, hasLabels := pod.Labels[labels.Hostname]
 	if _, seen := tr.labeled[pod.Name]; hasLabels && !seen {
 		tr.labeled[pod.Name] = now
 	}
-	if _, seen := tr.bound[pod.Name]; pod.Spec.NodeName != "" && !seen {
+	_, seen := tr.bound[pod.Name]
+	bound := pod.Spec.NodeName != "" && !seen
+	if bound {
 		tr.bound[pod.Name] = now
 		if hasLabels {
 			tr.labeledAtBind++
 		}
+	}
+	tr.mu.Unlock()
+	if bound {
+		// Not under mu: the kubelets take it when they are done.
 		tr.toRun <- pod
 	}
 }
@@ -274,11 +275,12 @@ func (tr *tracker) counts() (bound, labeled, running int, err error) {
 	return len(tr.bound), len(tr.labeled), tr.running, tr.runErr
 }
 
-// watchPods starts a tracker on ns with room for n pods and `kubelets`
-// goroutines marking them Running; it ends with ctx.
-func (c *Cluster) watchPods(ctx context.Context, ns string, n int) (*tracker, error) {
-	tr := &tracker{bound: map[string]time.Time{}, labeled: map[string]time.Time{}, toRun: make(chan *corev1.Pod, n+16)}
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithNamespace(ns))
+// watchPods starts a tracker on ns (the pods matching selector, a field
+// selector) and goroutines marking bound pods Running; it ends with ctx.
+func (c *Cluster) watchPods(ctx context.Context, ns, selector string) (*tracker, error) {
+	tr := &tracker{bound: map[string]time.Time{}, labeled: map[string]time.Time{}, toRun: make(chan *corev1.Pod, 1024)}
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
 	informer := factory.Core().V1().Pods().Informer()
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    tr.observe,
@@ -364,7 +366,7 @@ func (c *Cluster) runMode(ctx context.Context, m Mode, n int) (ModeResult, error
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tr, err := c.watchPods(wctx, m.namespace(), n)
+	tr, err := c.watchPods(wctx, m.namespace(), "")
 	if err != nil {
 		return res, err
 	}
@@ -412,7 +414,7 @@ func (c *Cluster) runMode(ctx context.Context, m Mode, n int) (ModeResult, error
 	tr.mu.Unlock()
 	if err != nil {
 		bound, labeled, running, _ := tr.counts()
-		return res, fmt.Errorf("after %v: %d of %d pods bound, %d running, %d labeled: %w", res.SchedulingWall.Round(time.Second), bound, n, running, labeled, err)
+		return res, fmt.Errorf("after %v: %d of %d pods bound, %d running, %d labeled (%s): %w", res.SchedulingWall.Round(time.Second), bound, n, running, labeled, c.unbound(ctx, m), err)
 	}
 	if len(bound) > 1 {
 		res.Throughput = float64(len(bound)-1) / bound[len(bound)-1].Sub(bound[0]).Seconds()
@@ -530,13 +532,13 @@ func (c *Cluster) swapChange(ctx context.Context, m Mode) (time.Duration, int, e
 	if err != nil {
 		return 0, 0, err
 	}
+	const name = "grow"
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tr, err := c.watchPods(wctx, ns, 1)
+	tr, err := c.watchPods(wctx, ns, "metadata.name="+name)
 	if err != nil {
 		return 0, 0, err
 	}
-	const name = "grow"
 	if err := c.createPod(ctx, ns, name, tmpl); err != nil {
 		return 0, 0, err
 	}
@@ -642,8 +644,7 @@ func refused(path string) (int, error) {
 	return n, nil
 }
 
-// sizes measures one node's stored objects (protobuf, as etcd holds them)
-// and etcd's growth per node for the dra.swap slices.
+// sizes measures one node's stored objects (protobuf, as etcd holds them).
 func (c *Cluster) sizes(ctx context.Context, res *Result) error {
 	node := nodeName(0)
 	for _, o := range []struct {
@@ -660,8 +661,24 @@ func (c *Cluster) sizes(ctx context.Context, res *Result) error {
 		}
 		*o.into = len(body)
 	}
-	res.EtcdSwapSlicePerNode = c.etcdSwapSlices / float64(c.nodes)
 	return nil
 }
 
 func runtimeRaw(s string) runtime.RawExtension { return runtime.RawExtension{Raw: []byte(s)} }
+
+// unbound describes the first pod of m that is not bound, for an error.
+func (c *Cluster) unbound(ctx context.Context, m Mode) string {
+	// Also after ctx ended (the wait's timeout).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	pods, err := c.client.CoreV1().Pods(m.namespace()).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" {
+			return fmt.Sprintf("pod %s unbound, conditions %+v", p.Name, p.Status.Conditions)
+		}
+	}
+	return fmt.Sprintf("all %d pods bound", len(pods.Items))
+}
