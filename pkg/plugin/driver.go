@@ -76,9 +76,12 @@ func (d *driver) HandleError(ctx context.Context, err error, msg string) {
 }
 
 // WatchHealthStatus implements kubeletplugin.DRAPlugin: the swap device is
-// healthy while the node offers swap; when swap goes away (swapoff, or the
-// cgroup swap control file vanished) the device is reported unhealthy with
-// the reason, so that pods using it show why.
+// healthy while the node offers swap and its prepared claims fit in the
+// offer; when swap goes away (swapoff, or the cgroup swap control file
+// vanished) or shrinks below what the claims hold (TaintOvercommitted),
+// the device is reported unhealthy with the reason, which the kubelet
+// shows in the status of the pods using it
+// (status.containerStatuses[].allocatedResourcesStatus).
 func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
 	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(healthInterval)
@@ -107,8 +110,21 @@ func (d *driver) healthReport() kubeletplugin.DeviceHealthReport {
 		LastUpdated:        time.Now(),
 		HealthCheckTimeout: 3 * healthInterval,
 	}
-	if device, reason := d.publisher.Device(); device == nil || reason != "" {
+	device, reason := d.publisher.Device()
+	value, overcommitted := d.publisher.Overcommit()
+	switch {
+	case device == nil:
+		h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, "the node's swap is not discovered yet"
+	case reason != "":
 		h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, reason
+	case overcommitted:
+		h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, overcommitMessage(value)
 	}
 	return kubeletplugin.DeviceHealthReport{Devices: []kubeletplugin.DeviceHealth{h}}
+}
+
+// overcommitMessage is the device's health message while it carries
+// TaintOvercommitted with value ("held-768Mi-offered-512Mi").
+func overcommitMessage(value string) string {
+	return "swap overcommitted (" + value + "): the claims prepared on the node hold more swap than it offers now"
 }

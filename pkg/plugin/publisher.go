@@ -138,6 +138,13 @@ func (p *Publisher) Device() (*resourceapi.Device, string) {
 	return p.state.device, p.state.reason
 }
 
+// Overcommit returns the value of the device's TaintOvercommitted
+// ("held-768Mi-offered-512Mi") and whether the device carries it: the
+// decision checkOvercommit took at the last sync of the writer.
+func (p *Publisher) Overcommit() (string, bool) {
+	return p.taints.value(TaintOvercommitted)
+}
+
 // Offer returns the swap the published device offers (0 on a node that
 // offers none), or -1 before the first sync.
 func (p *Publisher) Offer() int64 {

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
@@ -81,30 +80,6 @@ func TestPublisherSync(t *testing.T) {
 	}
 	if dev, reason := p.Device(); dev == nil || len(dev.Taints) != 1 || !strings.Contains(reason, "no active swap device") {
 		t.Errorf("Device() = %v, %q", dev, reason)
-	}
-}
-
-func TestHealthReport(t *testing.T) {
-	current := facts(1 << 30)
-	p := &Publisher{
-		NodeName: "node-a", Policy: slice.Policy{OvercommitRatio: 1},
-		Discover: func(context.Context) (discovery.Facts, error) { return current, nil },
-		Publish:  func(context.Context, resourceslice.DriverResources) error { return nil },
-	}
-	d := &driver{poolName: "node-a", publisher: p}
-	_, ctx := ktesting.NewTestContext(t)
-	if _, err := p.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if h := d.healthReport().Devices[0]; h.Health != kubeletplugin.HealthStatusHealthy || h.DeviceName != "swap" || h.PoolName != "node-a" {
-		t.Errorf("health = %+v", h)
-	}
-	current = facts(0)
-	if _, err := p.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if h := d.healthReport().Devices[0]; h.Health != kubeletplugin.HealthStatusUnhealthy || h.Message == "" {
-		t.Errorf("health after swapoff = %+v", h)
 	}
 }
 

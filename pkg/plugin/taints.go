@@ -63,6 +63,14 @@ func (t *deviceTaints) list() []resourceapi.DeviceTaint {
 	return out
 }
 
+// value returns a taint's value and whether it is set.
+func (t *deviceTaints) value(key string) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	taint, ok := t.active[key]
+	return taint.Value, ok
+}
+
 // has reports whether a taint is set.
 func (t *deviceTaints) has(key string) bool {
 	t.mu.Lock()
