@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -81,6 +82,9 @@ type claimState struct {
 	namespace, name string
 	uid             types.UID
 	report          prepare.ClaimReport
+	// written is what was last applied (JSON), to skip a write that would
+	// change nothing.
+	written []byte
 	// outcomes by container name.
 	outcomes map[string]outcome
 	// since keeps each device's condition transition time.
@@ -92,21 +96,37 @@ type claimState struct {
 // prepared claims' status.devices, with server-side apply of the driver's
 // own entries, asynchronously: prepare never waits for it, and a failed
 // write is retried with backoff and counted.
+//
+// A prepared claim is written preparedStatusDelay after prepare, not at
+// once: by then its containers have usually started and the hook's outcome
+// goes into the same write (one write per claim instead of two), and the
+// writes of pods that start together stay out of the way of their
+// prepares (the kubelet's claim reads and the node's CPU). An outcome is
+// written at once; a write that would apply what was last applied is
+// skipped.
 type claimStatuses struct {
 	client  kubernetes.Interface
 	driver  string
 	node    string
 	metrics *Metrics
 	now     func() time.Time
+	// delay is how long a prepared claim waits for its first write
+	// (preparedStatusDelay).
+	delay time.Duration
 
 	mu     sync.Mutex
 	claims map[types.UID]*claimState
 	queue  workqueue.TypedRateLimitingInterface[types.UID]
 }
 
+// preparedStatusDelay is how long a prepared claim's status waits for the
+// hook's outcome (a pod's containers start within a second or two of
+// prepare, also in a burst of pods).
+const preparedStatusDelay = 2 * time.Second
+
 func newClaimStatuses(client kubernetes.Interface, driver, node string, metrics *Metrics) *claimStatuses {
 	return &claimStatuses{
-		client: client, driver: driver, node: node, metrics: metrics, now: time.Now,
+		client: client, driver: driver, node: node, metrics: metrics, now: time.Now, delay: preparedStatusDelay,
 		claims: map[types.UID]*claimState{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "claim-status"}),
@@ -124,7 +144,7 @@ func (s *claimStatuses) prepared(r prepare.ClaimReport) {
 	}
 	st.report = r
 	s.mu.Unlock()
-	s.queue.Add(r.Claim.UID)
+	s.queue.AddAfter(r.Claim.UID, s.delay)
 }
 
 // reported records the hook's outcome for a container (podevents).
@@ -186,21 +206,30 @@ func (s *claimStatuses) write(ctx context.Context, uid types.UID) error {
 	s.mu.Lock()
 	st, ok := s.claims[uid]
 	var ac *resourceapply.ResourceClaimApplyConfiguration
+	var applied []byte
+	same := false
 	if ok {
 		var err error
-		if ac, err = s.applyConfiguration(st); err != nil {
-			s.mu.Unlock()
-			return err
+		if ac, err = s.applyConfiguration(st); err == nil {
+			applied, err = json.Marshal(ac)
 		}
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("the status of claim %s/%s: %w", st.namespace, st.name, err)
+		}
+		same = bytes.Equal(applied, st.written)
 	}
 	s.mu.Unlock()
-	if !ok {
-		return nil // unprepared meanwhile
+	if !ok || same {
+		return nil // unprepared meanwhile, or written as it is
 	}
 	_, err := s.client.ResourceV1().ResourceClaims(st.namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: StatusFieldManager, Force: true})
 	if err != nil {
 		return fmt.Errorf("apply the status of claim %s/%s: %w", st.namespace, st.name, err)
 	}
+	s.mu.Lock()
+	st.written = applied
+	s.mu.Unlock()
 	return nil
 }
 

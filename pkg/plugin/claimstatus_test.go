@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,7 +10,10 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
@@ -100,5 +104,51 @@ func TestClaimStatusConditionBounded(t *testing.T) {
 	if len(msg) > eventmsg.ConditionLimit || !utf8.ValidString(msg) ||
 		!strings.HasPrefix(msg, "not applied to container c00: öö") || !strings.Contains(msg, " more") {
 		t.Errorf("condition message of %d bytes (limit %d), valid UTF-8 %v: %.200q … %q", len(msg), eventmsg.ConditionLimit, utf8.ValidString(msg), msg, msg[max(0, len(msg)-100):])
+	}
+}
+
+// TestClaimStatusWrites: a prepared claim's status is not written at once
+// but after the delay, so that the hook's outcome, which is written at
+// once, usually goes into the claim's first and only write; a write that
+// would apply what was applied last is skipped.
+func TestClaimStatusWrites(t *testing.T) {
+	client := fake.NewClientset()
+	var applies []string
+	client.PrependReactor("patch", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		p := action.(k8stesting.PatchAction)
+		if p.GetSubresource() == "status" && p.GetPatchType() == types.ApplyPatchType {
+			applies = append(applies, string(p.GetPatch()))
+		}
+		return true, &resourceapi.ResourceClaim{}, nil
+	})
+	s := newClaimStatuses(client, "dra.swap", "node-a", NewMetrics())
+	s.delay = time.Hour // never, within the test
+	ctx := context.Background()
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
+	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{{
+		Result:    resourceapi.DeviceRequestAllocationResult{Request: "swap", Driver: "dra.swap", Pool: "node-a", Device: "swap"},
+		SwapBytes: 100 << 20, Containers: map[string]int64{"a": 100 << 20},
+	}}})
+	if n := s.queue.Len(); n != 0 {
+		t.Fatalf("%d claims queued at once after prepare, want none before the delay", n)
+	}
+	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	if n := s.queue.Len(); n != 1 {
+		t.Fatalf("%d claims queued after the hook's outcome, want it at once", n)
+	}
+	for range 2 { // the outcome, then the delayed write of the same status
+		if err := s.write(ctx, "claim-uid"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(applies) != 1 || !strings.Contains(applies[0], `"status":"True"`) {
+		t.Fatalf("applies %q, want one, with the applied condition", applies)
+	}
+	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "a", Error: "refused", Claims: []string{"claim-uid"}})
+	if err := s.write(ctx, "claim-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if len(applies) != 2 || !strings.Contains(applies[1], `"status":"False"`) {
+		t.Errorf("applies %q, want a second one with the changed condition", applies)
 	}
 }
