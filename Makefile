@@ -161,7 +161,9 @@ bench: deps k8s-binaries
 
 ## bench-e2e: pod create->Ready without a claim, with a no-op DRA driver's
 ## claim and with a swap claim, in rotating order, on a fresh local
-## cluster, with the kubelet's NodePrepareResources time per driver.
+## cluster, with the kubelet's NodePrepareResources time per driver; then
+## bursts of 12 pods at once of each kind (3 rounds, rotating order) with
+## the time until all are Ready and the kubelet's prepare time per driver.
 bench-e2e:
 	hack/cluster/build.sh
 	hack/cluster/up.sh

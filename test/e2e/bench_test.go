@@ -3,12 +3,14 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
@@ -71,6 +76,40 @@ func kubeletPrepareStats(ctx context.Context, c *cluster.Cluster) (map[string]ku
 	return out, s.Err()
 }
 
+// pluginPrepareStats is the kubelet plugin's own time in prepare on the
+// node (dra_swap_claim_operation_duration_seconds, operation="prepare",
+// one claim per call here), read from its pods through the API server.
+func pluginPrepareStats(ctx context.Context, c *cluster.Cluster) (kubeletPrepare, error) {
+	list, err := c.Client.CoreV1().Pods(driverNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/component=kubelet-plugin", FieldSelector: "spec.nodeName=" + c.Node})
+	if err != nil {
+		return kubeletPrepare{}, fmt.Errorf("the kubelet plugin's pods: %w", err)
+	}
+	var out kubeletPrepare
+	for _, p := range list.Items {
+		raw, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces", p.Namespace, "pods", p.Name+":metrics", "proxy", "metrics").DoRaw(ctx)
+		if err != nil {
+			return kubeletPrepare{}, fmt.Errorf("the metrics of plugin pod %s: %w", p.Name, err)
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if !strings.Contains(line, `operation="prepare"`) {
+				continue
+			}
+			v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(line, "dra_swap_claim_operation_duration_seconds_sum{"):
+				out.sum += v
+			case strings.HasPrefix(line, "dra_swap_claim_operation_duration_seconds_count{"):
+				out.count += v
+			}
+		}
+	}
+	return out, nil
+}
+
 func labelValue(line, name string) string {
 	i := strings.Index(line, name+`="`)
 	if i < 0 {
@@ -98,7 +137,12 @@ func BenchmarkPodStartup(b *testing.B) {
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
 		b.Fatal(err)
 	}
-	helper, err := noopdriver.Start(ctx, c.Client, noopdriver.Config{NodeName: c.Node,
+	// The no-op driver's client is limited as the plugin's is
+	// (--kube-api-qps 50, --kube-api-burst 200): the bench's own client
+	// (client-go's 5 QPS) would throttle its claim reads in a burst.
+	noopConfig := rest.CopyConfig(c.Config)
+	noopConfig.QPS, noopConfig.Burst = 50, 200
+	helper, err := noopdriver.Start(ctx, kubernetes.NewForConfigOrDie(noopConfig), noopdriver.Config{NodeName: c.Node,
 		RegistrarDir: filepath.Join(kubeletDir, "plugins_registry"), PluginDataDir: dataDir})
 	if err != nil {
 		b.Fatal(err)
@@ -119,15 +163,18 @@ func BenchmarkPodStartup(b *testing.B) {
 	defer func() {
 		_ = c.Client.ResourceV1().DeviceClasses().Delete(ctx, noopdriver.DriverName, metav1.DeleteOptions{})
 	}()
-	template := func(name, class string, capacity resourceapi.QualifiedName) {
-		t := cluster.SwapTemplate(ns, name, class, 64*mi)
-		t.Spec.Spec.Devices.Requests[0].Exactly.Capacity.Requests = map[resourceapi.QualifiedName]resource.Quantity{capacity: *resource.NewQuantity(64*mi, resource.BinarySI)}
+	template := func(name, class string, capacity resourceapi.QualifiedName, bytes int64) {
+		t := cluster.SwapTemplate(ns, name, class, bytes)
+		t.Spec.Spec.Devices.Requests[0].Exactly.Capacity.Requests = map[resourceapi.QualifiedName]resource.Quantity{capacity: *resource.NewQuantity(bytes, resource.BinarySI)}
 		if _, err := c.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, t, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	template("noop", noopdriver.DriverName, noopdriver.CapacityName)
-	template("swap", "dra.swap", "swap")
+	template("noop", noopdriver.DriverName, noopdriver.CapacityName, 64*mi)
+	template("swap", "dra.swap", "swap", 64*mi)
+	// A burst's twelve claims fit in the e2e node's swap with room to spare.
+	template("burst-noop", noopdriver.DriverName, noopdriver.CapacityName, 16*mi)
+	template("burst-swap", "dra.swap", "swap", 16*mi)
 	// The default ServiceAccount comes from the controller-manager.
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := c.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
@@ -137,16 +184,17 @@ func BenchmarkPodStartup(b *testing.B) {
 	}
 
 	kinds := []string{"no claim", "no-op claim", "swap claim"}
-	pod := func(kind string, i int) *corev1.Pod {
-		name := fmt.Sprintf("%s-%02d", strings.ReplaceAll(kind, " ", "-"), i)
+	// pod is the pod of a kind; prefix names it and its claim templates.
+	pod := func(prefix, kind string, i int) *corev1.Pod {
+		name := fmt.Sprintf("%s%s-%02d", prefix, strings.ReplaceAll(kind, " ", "-"), i)
 		name = strings.ReplaceAll(name, "no-op", "noop")
 		templates := map[string]string{}
 		var claims []string
 		switch kind {
 		case "no-op claim":
-			templates["c"], claims = "noop", []string{"c"}
+			templates["c"], claims = prefix+"noop", []string{"c"}
 		case "swap claim":
-			templates["c"], claims = "swap", []string{"c"}
+			templates["c"], claims = prefix+"swap", []string{"c"}
 		}
 		p := c.WorkloadPod(ns, name, templates, cluster.Container{Name: "worker", Claims: claims, AllocMiB: 1, MemLimit: "64Mi", Hold: 600})
 		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
@@ -161,7 +209,7 @@ func BenchmarkPodStartup(b *testing.B) {
 	for round := range benchRounds {
 		for k := range kinds {
 			kind := kinds[(round+k)%len(kinds)] // rotate the order each round
-			took, err := createUntilReady(ctx, c, pod(kind, round))
+			took, err := createUntilReady(ctx, c, pod("", kind, round))
 			if err != nil {
 				b.Fatalf("%s, round %d: %v", kind, round, err)
 			}
@@ -173,6 +221,9 @@ func BenchmarkPodStartup(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	bursts := runBursts(b, ctx, c, ns, kinds, func(kind string, round, i int) *corev1.Pod {
+		return pod(fmt.Sprintf("burst-r%d-", round), kind, i)
+	})
 	var report strings.Builder
 	fmt.Fprintf(&report, "pod create -> Ready over %d rounds (rotating order), kubelet v1.37.1, containerd 2.2.1, node %s:\n", benchRounds, c.Node)
 	for _, kind := range kinds {
@@ -194,6 +245,7 @@ func BenchmarkPodStartup(b *testing.B) {
 		ds := startup[kind]
 		b.ReportMetric(ms(ds[len(ds)/2]), strings.ReplaceAll(kind, " ", "-")+"-median-ms")
 	}
+	bursts.report(b, &report)
 	b.Log("\n" + report.String())
 	if path := os.Getenv("BENCH_REPORT"); path != "" {
 		_ = os.WriteFile(path, []byte(report.String()), 0o644)
@@ -227,4 +279,179 @@ func createUntilReady(ctx context.Context, c *cluster.Cluster, p *corev1.Pod) (t
 		return 0, fmt.Errorf("pod %s not Ready: %w", p.Name, err)
 	}
 	return took, nil
+}
+
+// A burst creates burstPods pods of one kind at once, as a Deployment
+// scaled up or a Job started does; burstRounds bursts of each kind, the
+// kinds in rotating order.
+const burstPods, burstRounds = 12, 3
+
+// burstResults are the bursts' figures by kind.
+type burstResults struct {
+	kinds []string
+	// allReady is each burst's time from its first create until all its
+	// pods were Ready.
+	allReady map[string][]time.Duration
+	// prepare is the kubelet's NodePrepareResources during the bursts, by
+	// driver.
+	prepare map[string]kubeletPrepare
+	// plugin is the dra.swap plugin's own time in prepare during its
+	// bursts (without the helper's claim read and gRPC).
+	plugin kubeletPrepare
+}
+
+// burstDriver is the DRA driver of a kind of pod ("" for none).
+func burstDriver(kind string) string {
+	switch kind {
+	case "no-op claim":
+		return noopdriver.DriverName
+	case "swap claim":
+		return "dra.swap"
+	}
+	return ""
+}
+
+// runBursts runs the bursts: each one's pods are created at once from a
+// client of their own (not throttled below the burst), followed by one
+// watch until all are Ready, then deleted, and the next burst starts once
+// they are gone (their claims unprepared).
+func runBursts(b *testing.B, ctx context.Context, c *cluster.Cluster, ns string, kinds []string, pod func(kind string, round, i int) *corev1.Pod) burstResults {
+	b.Helper()
+	config := rest.CopyConfig(c.Config)
+	config.QPS, config.Burst = 100, 200
+	client := kubernetes.NewForConfigOrDie(config)
+	pods := client.CoreV1().Pods(ns)
+	res := burstResults{kinds: kinds, allReady: map[string][]time.Duration{}, prepare: map[string]kubeletPrepare{}}
+	for round := range burstRounds {
+		for k := range kinds {
+			kind := kinds[(round+k)%len(kinds)]
+			label := fmt.Sprintf("r%d-%s", round, strings.ReplaceAll(strings.ReplaceAll(kind, " ", "-"), "no-op", "noop"))
+			before, err := kubeletPrepareStats(ctx, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pluginBefore, err := pluginPrepareStats(ctx, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			took, err := burst(ctx, pods, label, func(i int) *corev1.Pod { return pod(kind, round, i) })
+			if err != nil {
+				b.Fatalf("burst of %s, round %d: %v", kind, round, err)
+			}
+			after, err := kubeletPrepareStats(ctx, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pluginAfter, err := pluginPrepareStats(ctx, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if kind == "swap claim" {
+				res.plugin.sum += pluginAfter.sum - pluginBefore.sum
+				res.plugin.count += pluginAfter.count - pluginBefore.count
+			}
+			res.allReady[kind] = append(res.allReady[kind], took)
+			if d := burstDriver(kind); d != "" {
+				p := res.prepare[d]
+				p.sum += after[d].sum - before[d].sum
+				p.count += after[d].count - before[d].count
+				res.prepare[d] = p
+			}
+			if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: "burst=" + label}); err != nil {
+				b.Fatal(err)
+			}
+			if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, cluster.Scaled(2*time.Minute), true, func(ctx context.Context) (bool, error) {
+				list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "burst=" + label})
+				return err == nil && len(list.Items) == 0, nil
+			}); err != nil {
+				b.Fatalf("the pods of burst %s are not gone: %v", label, err)
+			}
+		}
+	}
+	return res
+}
+
+// burst creates burstPods pods labelled burst=label at once and returns the
+// time from the first create until all of them were Ready, as one watch
+// saw them.
+func burst(ctx context.Context, pods corev1client.PodInterface, label string, pod func(i int) *corev1.Pod) (time.Duration, error) {
+	w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: "burst=" + label})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	errs := make([]error, burstPods)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range burstPods {
+		p := pod(i)
+		p.Labels = map[string]string{"burst": label}
+		wg.Go(func() {
+			_, errs[i] = pods.Create(ctx, p, metav1.CreateOptions{})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	ready := map[string]bool{}
+	timeout := time.After(cluster.Scaled(3 * time.Minute))
+	for len(ready) < burstPods {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return 0, errors.New("the watch of the burst's pods ended")
+			}
+			if p, isPod := ev.Object.(*corev1.Pod); isPod && podReady(p) {
+				ready[p.Name] = true
+			}
+		case <-timeout:
+			return 0, fmt.Errorf("%d of %d pods Ready", len(ready), burstPods)
+		}
+	}
+	return time.Since(start), nil
+}
+
+// report prints the bursts' figures and reports them as metrics.
+func (r burstResults) report(b *testing.B, out *strings.Builder) {
+	fmt.Fprintf(out, "%d pods created at once, %d bursts of each kind (rotating order): create -> all Ready, and the kubelet's NodePrepareResources during the bursts:\n",
+		burstPods, burstRounds)
+	for _, kind := range r.kinds {
+		ds := r.allReady[kind]
+		line := fmt.Sprintf("  %-12s all Ready: median %7.1f ms (rounds:", kind, median(ds))
+		for _, d := range ds {
+			line += fmt.Sprintf(" %.0f", ms(d))
+		}
+		line += ")"
+		if d := burstDriver(kind); d != "" {
+			line += fmt.Sprintf("  prepare mean %6.2f ms over %.0f calls", r.prepare[d].mean(), r.prepare[d].count)
+		}
+		fmt.Fprintln(out, line)
+		b.ReportMetric(median(ds), "burst-"+strings.ReplaceAll(kind, " ", "-")+"-all-ready-ms")
+	}
+	swap, noop := r.prepare["dra.swap"].mean(), r.prepare[noopdriver.DriverName].mean()
+	fmt.Fprintf(out, "  dra.swap - no-op: prepare %+.2f ms (target: within 5 ms), all Ready %+.1f ms (medians); the plugin's own part of its prepare %.2f ms mean\n",
+		swap-noop, median(r.allReady["swap claim"])-median(r.allReady["no-op claim"]), r.plugin.mean())
+	b.ReportMetric(swap, "burst-dra_swap-prepare-ms")
+	b.ReportMetric(noop, "burst-noop-prepare-ms")
+	b.ReportMetric(swap-noop, "burst-swap-minus-noop-prepare-ms")
+	b.ReportMetric(r.plugin.mean(), "burst-dra_swap-plugin-own-ms")
+}
+
+// mean is the mean call in milliseconds (0 without calls).
+func (k kubeletPrepare) mean() float64 {
+	if k.count == 0 {
+		return 0
+	}
+	return k.sum / k.count * 1000
+}
+
+// median in milliseconds.
+func median(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return ms(s[len(s)/2])
 }
