@@ -11,6 +11,11 @@ RELEASE=dra-driver-swap
 NAMESPACE=$DRIVER_NAMESPACE
 HELM="$BIN/helm"
 export KUBECONFIG="$CLUSTER_DIR/kubeconfig/admin.kubeconfig"
+# The registry of the running cluster (its env file), whoever runs this:
+# the two-node cluster serves it off loopback, where its nodes reach it.
+if [ -f "$CLUSTER_DIR/env" ]; then
+	REGISTRY=$(sed -n 's/^REGISTRY=//p' "$CLUSTER_DIR/env")
+fi
 
 values() {
 	cat <<VALUES

@@ -621,6 +621,26 @@ func TestTwoNodesControllerFailover(t *testing.T) {
 	n.labelledAtStart(t, ns, "after-failover", other)
 }
 
+// controllerMetric reads one sample of a controller pod's metrics (through
+// the API server's pod proxy), and whether the pod has it.
+func (n *twoNodes) controllerMetric(t *testing.T, p *corev1.Pod, sample string) (float64, bool) {
+	t.Helper()
+	raw, err := n.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces", p.Namespace, "pods", p.Name+":metrics", "proxy", "metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("scrape controller pod %s: %v", p.Name, err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest, &v); err != nil {
+				t.Fatalf("controller pod %s: sample %q: %v", p.Name, line, err)
+			}
+			return v, true
+		}
+	}
+	return 0, false
+}
+
 // TestTwoNodesNodeGone runs last: the guest is powered off for good and
 // its Node deleted. Its slice goes, no claim is allocated to it, and the
 // webhooks keep serving from the replica on this host.
@@ -672,6 +692,36 @@ func TestTwoNodesNodeGone(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("after %s was deleted its slices or pods remain: %v", n.guest, err)
+	}
+	// The controller stops working for the gone node: the leader's (on
+	// this host now) node-labels controller neither fails nor retries any
+	// more (its error counter stands still, its queue is empty).
+	var leader *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, time.Second, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		_, leader = n.controllerLeader(t)
+		return leader != nil && leader.Spec.NodeName == n.host && podReady(leader), nil
+	})
+	if err != nil {
+		t.Fatalf("no ready controller replica on %s holds the lease: %v", n.host, err)
+	}
+	nodeLabels := func() (errs, depth float64) {
+		for _, sample := range []string{`controller_runtime_reconcile_errors_total{controller="node-labels"}`, `workqueue_depth{controller="node-labels",name="node-labels"}`} {
+			v, ok := n.controllerMetric(t, leader, sample)
+			if !ok {
+				t.Fatalf("the leader %s has no sample %s", leader.Name, sample)
+			}
+			if strings.HasPrefix(sample, "workqueue") {
+				depth = v
+			} else {
+				errs = v
+			}
+		}
+		return errs, depth
+	}
+	errsBefore, _ := nodeLabels()
+	time.Sleep(20 * time.Second)
+	if errs, depth := nodeLabels(); errs != errsBefore || depth != 0 {
+		t.Errorf("the leader's node-labels controller in the 20 s after %s was deleted: errors %v -> %v, queue depth %v; want no new errors and an empty queue", n.guest, errsBefore, errs, depth)
 	}
 	// The webhooks serve from this host's replica: a pod is labelled
 	// before it starts; and every new claim is allocated here.
