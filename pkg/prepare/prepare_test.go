@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -655,6 +657,44 @@ func BenchmarkPrepare(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/claim")
 		})
 	}
+}
+
+// BenchmarkPrepareBurst has 12 pods' claims prepared at once, one call per
+// pod as the kubelet makes them for pods that start together, and reports
+// the mean call.
+func BenchmarkPrepareBurst(b *testing.B) {
+	const pods = 12
+	e := newEnv(b)
+	ctx := context.Background()
+	claims := make([]*resourceapi.ResourceClaim, pods)
+	objs := make([]kubeletplugin.NamespacedObject, pods)
+	for i := range claims {
+		uid := fmt.Sprintf("00000000-0000-4000-8000-%012x", i)
+		claims[i] = newClaim(uid, fmt.Sprintf("claim-%d", i), mi)
+		objs[i] = kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: "ns", Name: claims[i].Name}, UID: claims[i].UID}
+	}
+	var total time.Duration
+	for b.Loop() {
+		var wg sync.WaitGroup
+		took := make([]time.Duration, pods)
+		for i, c := range claims {
+			wg.Go(func() {
+				start := time.Now()
+				if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{c})[c.UID]; r.Err != nil {
+					b.Error(r.Err)
+				}
+				took[i] = time.Since(start)
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		for _, d := range took {
+			total += d
+		}
+		e.m.Unprepare(ctx, objs)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N*pods), "ms/call")
 }
 
 func testContext(t *testing.T) context.Context {
