@@ -15,6 +15,10 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
+	// client-go's request metrics (rest_client_*, as every Kubernetes
+	// component exports them) go to the legacy registry, which the
+	// plugin's /metrics serves beside its own.
+	_ "k8s.io/component-base/metrics/prometheus/restclient"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 

@@ -2,12 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
 )
 
@@ -59,5 +66,46 @@ func TestParseBytes(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
+	}
+}
+
+// TestProcessAndClientMetrics: after one API call through client-go, the
+// plugin's /metrics has the Go runtime's, the process's and client-go's
+// request series beside the plugin's own, as every Kubernetes component
+// exports them.
+func TestProcessAndClientMetrics(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"major":"1","minor":"37","gitVersion":"v1.37.1"}`)
+	}))
+	defer api.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Discovery().ServerVersion(); err != nil {
+		t.Fatalf("GET /version: %v", err)
+	}
+	u, err := url.Parse(api.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/metrics", nil)
+	plugin.NewMetrics().Handler().ServeHTTP(rec, req)
+	page := rec.Body.String()
+	for _, want := range []string{
+		"go_goroutines ",
+		"process_resident_memory_bytes ",
+		`rest_client_requests_total{code="200",host="` + u.Host + `",method="GET"} `,
+		`rest_client_request_duration_seconds_count{host="` + u.Host + `",verb="GET"} `,
+		version.MetricName + "{",
+	} {
+		if !strings.Contains(page, "\n"+want) {
+			t.Errorf("the plugin's metrics lack a series %s...", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", page)
 	}
 }

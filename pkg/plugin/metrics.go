@@ -5,7 +5,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
@@ -181,9 +183,13 @@ func (m *Metrics) Names() []string { return slices.Clone(m.names) }
 // enableClaimUsage registers the per-claim usage gauges.
 func (m *Metrics) enableClaimUsage() { m.registry.MustRegister(m.claimUsed) }
 
-// Handler serves the metrics in the Prometheus text format.
+// Handler serves the metrics in the Prometheus text format: the plugin's
+// own and the process-wide registry's (k8s.io/component-base's legacy
+// registry: the Go runtime's go_* and the process's process_* series, and
+// client-go's rest_client_* once the command registered client-go's
+// metrics there, see cmd/dra-swap-kubeletplugin).
 func (m *Metrics) Handler() http.Handler {
-	return metrics.HandlerFor(m.registry, metrics.HandlerOpts{})
+	return metrics.HandlerFor(prometheus.Gatherers{m.registry, legacyregistry.DefaultGatherer}, metrics.HandlerOpts{})
 }
 
 func (m *Metrics) observe(op string, err error, d time.Duration) {
