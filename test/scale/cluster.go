@@ -57,9 +57,10 @@ type Cluster struct {
 	scheduler    *process
 	schedulerURL string
 
-	controller        *process
-	controllerMetrics string
-	webhookURL        string
+	controllerBin                        string
+	controller                           *process
+	controllerMetrics                    string
+	webhookPort, metricsPort, healthPort int
 }
 
 // nodeName is the name of simulated node i.
@@ -285,36 +286,49 @@ func (c *Cluster) setOffer(ctx context.Context, i int, total int64) error {
 	return nil
 }
 
-// startController runs the dra-swap-controller binary as the chart does
-// (leader election, self-managed webhook certificate, 50 QPS / burst 100,
-// 4 workers, --pod-selection swap-claims) with its webhooks registered
-// through the driver's ValidatingWebhookConfiguration, pointed at the
-// process on loopback, and waits until the API server calls it.
+// startController registers the driver's ValidatingWebhookConfiguration,
+// pointed at a port on loopback, and starts the controller there.
 func (c *Cluster) startController(ctx context.Context) error {
 	bin, err := controllerBinary(ctx, c.dir)
 	if err != nil {
 		return err
 	}
-	ports := make([]int, 3)
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
+	c.controllerBin = bin
+	for _, port := range []*int{&c.webhookPort, &c.metricsPort, &c.healthPort} {
+		if *port, err = freePort(); err != nil {
 			return err
 		}
 	}
-	c.webhookURL = fmt.Sprintf("https://localhost:%d", ports[0])
-	c.controllerMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1])
-	validating := webhook.Configurations(webhook.URLClientConfig(c.webhookURL), webhook.DefaultOptions())
+	c.controllerMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", c.metricsPort)
+	url := fmt.Sprintf("https://localhost:%d", c.webhookPort)
+	validating := webhook.Configurations(webhook.URLClientConfig(url), webhook.DefaultOptions())
 	if _, err := c.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the webhook configuration: %w", err)
 	}
-	p, err := startProcess("dra-swap-controller", bin, filepath.Join(c.dir, "dra-swap-controller.log"),
-		"--kubeconfig="+c.s.Kubeconfig(c.t),
+	return c.runController(ctx, 0)
+}
+
+// runController (re)starts the dra-swap-controller binary as the chart
+// does (leader election, self-managed webhook certificate, 4 workers,
+// --pod-selection swap-claims, and 50 QPS / burst 100 unless qps is set:
+// then qps and burst 2×qps), and waits until the API server calls its
+// webhooks.
+func (c *Cluster) runController(ctx context.Context, qps int) error {
+	if c.controller != nil {
+		c.controller.stop()
+	}
+	args := []string{
+		"--kubeconfig=" + c.s.Kubeconfig(c.t),
 		"--leader-election-namespace=kube-system",
-		"--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(ports[0]),
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(c.webhookPort),
 		"--webhook-dns-names=localhost", "--webhook-secret-namespace=kube-system",
-		"--metrics-address=127.0.0.1:"+strconv.Itoa(ports[1]),
-		"--health-address=127.0.0.1:"+strconv.Itoa(ports[2]),
-	)
+		"--metrics-address=127.0.0.1:" + strconv.Itoa(c.metricsPort),
+		"--health-address=127.0.0.1:" + strconv.Itoa(c.healthPort),
+	}
+	if qps > 0 {
+		args = append(args, "--kube-api-qps="+strconv.Itoa(qps), "--kube-api-burst="+strconv.Itoa(2*qps))
+	}
+	p, err := startProcess("dra-swap-controller", c.controllerBin, filepath.Join(c.dir, "dra-swap-controller.log"), args...)
 	if err != nil {
 		return err
 	}
@@ -322,7 +336,7 @@ func (c *Cluster) startController(ctx context.Context) error {
 	c.t.Cleanup(p.stop)
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := waitHTTP(wctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2])); err != nil {
+	if err := waitHTTP(wctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.healthPort)); err != nil {
 		return err
 	}
 	// Ready when the API server calls the webhook: a SwapConfig out of

@@ -38,21 +38,29 @@ type Mode struct {
 	// capacity the claims request.
 	Driver   string
 	Capacity resourceapi.QualifiedName
+	// ControllerQPS, when set, restarts the controller with that
+	// --kube-api-qps (and twice the burst) before the mode; 0 keeps the
+	// chart's 50 QPS, burst 100.
+	ControllerQPS int
 }
 
-// Modes are the three measurements, in the order they run: pods without a
+// Modes are the measurements, in the order they run: pods without a
 // claim, with a claim of the no-op driver (the DRA floor), with a swap
-// claim of the same capacity shape.
+// claim of the same capacity shape, and again with the controller's client
+// allowed 1000 QPS: the reservation webhook labels each pod with a patch of
+// the controller's client in the claim status update that precedes the
+// binding, so the chart's 50 QPS bounds how fast swap pods are bound.
 func Modes() []Mode {
 	return []Mode{
 		{Name: "no claim"},
 		{Name: "no-op claim", Driver: noopdriver.DriverName, Capacity: noopdriver.CapacityName},
 		{Name: "swap claim", Driver: labels.DriverName, Capacity: slice.CapacitySwap},
+		{Name: "swap claim, controller at 1000 QPS", Driver: labels.DriverName, Capacity: slice.CapacitySwap, ControllerQPS: 1000},
 	}
 }
 
 func (m Mode) namespace() string {
-	return "scale-" + strings.ReplaceAll(m.Name, " ", "-")
+	return "scale-" + strings.ToLower(strings.NewReplacer(" ", "-", ",", "").Replace(m.Name))
 }
 
 // Config is one run: Nodes simulated nodes, Pods pods per mode.
@@ -73,6 +81,10 @@ type ModeResult struct {
 	AttemptP50, AttemptP99 float64
 	// Attempts are scheduler_schedule_attempts_total by result.
 	Attempts map[string]float64
+	// SchedulerCPU and SchedulerPeakRSS: the kube-scheduler process,
+	// started for this mode, from its start to the last pod's binding.
+	SchedulerCPU     time.Duration
+	SchedulerPeakRSS int64
 	// Controller: its process's CPU time and API requests
 	// (rest_client_requests_total) while the mode's pods were scheduled
 	// and labeled, its RSS at the end and its peak RSS so far.
@@ -104,7 +116,9 @@ type Result struct {
 	Events              int
 	MaxConditionMessage int
 	RefusedWrites       int
-	Setup               time.Duration
+	// Setup is the time to start the cluster and create the nodes and
+	// slices, Total the whole run's.
+	Setup, Total time.Duration
 }
 
 // Run builds a cluster of cfg.Nodes simulated nodes and measures each mode
@@ -120,14 +134,21 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 	}
 	res.Setup = time.Since(start)
 	modes := Modes()
+	swapChanged := false
 	for i, m := range modes {
+		if m.ControllerQPS > 0 {
+			if err := c.runController(ctx, m.ControllerQPS); err != nil {
+				return res, err
+			}
+		}
 		mr, err := c.runMode(ctx, m, cfg.Pods)
 		res.Modes = append(res.Modes, mr)
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", m.Name, err)
 		}
 		t.Logf("%d nodes, %s: %d pods at %.1f pods/s, attempt p99 %.1f ms", cfg.Nodes, m.Name, mr.Pods, mr.Throughput, mr.AttemptP99*1000)
-		if m.Driver == labels.DriverName {
+		if m.Driver == labels.DriverName && !swapChanged {
+			swapChanged = true
 			if res.SwapChange, res.MaxConditionMessage, err = c.swapChange(ctx, m); err != nil {
 				return res, fmt.Errorf("swap change: %w", err)
 			}
@@ -142,7 +163,9 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 	if err := c.messages(ctx, &res); err != nil {
 		return res, err
 	}
-	return res, c.sizes(ctx, &res)
+	err = c.sizes(ctx, &res)
+	res.Total = time.Since(start)
+	return res, err
 }
 
 // createPods creates n pods in m's namespace and, for a mode with a
@@ -433,6 +456,11 @@ func (c *Cluster) runMode(ctx context.Context, m Mode, n int) (ModeResult, error
 	}
 	res.ControllerRequests = sum(ctrlAfter, "rest_client_requests_total", nil) - sum(ctrlBefore, "rest_client_requests_total", nil)
 
+	su, err := c.scheduler.usage()
+	if err != nil {
+		return res, err
+	}
+	res.SchedulerCPU, res.SchedulerPeakRSS = su.CPU, su.PeakRSS
 	sched, err := scrape(ctx, c.schedulerURL+"/metrics")
 	if err != nil {
 		return res, fmt.Errorf("scheduler metrics: %w", err)
