@@ -137,8 +137,25 @@ func NewMetrics() *Metrics {
 	for _, key := range []string{pressure.TaintMemoryPressure, pressure.TaintSwapFull, TaintOvercommitted} {
 		m.tainted.WithLabelValues(key).Set(0)
 	}
+	// Counters start at 0 for every label value known: increase() and
+	// rate() see a first event only from a series that existed before it,
+	// and the alerts' and dashboard's selectors have series to select.
+	for _, op := range []string{opPrepare, opUnprepare} {
+		for _, result := range []string{"success", "error"} {
+			m.requests.WithLabelValues(op, result)
+		}
+	}
+	for _, trigger := range limitTriggers() {
+		m.restored.WithLabelValues(trigger)
+		m.failed.WithLabelValues(trigger)
+	}
 	return m
 }
+
+// limitTriggers are what makes the verifier look at the containers' swap
+// limits (verify.Drift.Trigger): pkg/verify's interval, pkg/nriplugin's
+// update and nri-synchronize, Run's start-up.
+func limitTriggers() []string { return []string{"interval", "update", "nri-synchronize", "start-up"} }
 
 // setPressure shows what the pressure monitor saw and which of its taints
 // are set.

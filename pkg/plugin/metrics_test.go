@@ -67,3 +67,29 @@ func TestMetricLabelsLeaveTargetLabels(t *testing.T) {
 		t.Errorf("metrics lack %s", want)
 	}
 }
+
+// TestCountersStartAtZero: a fresh plugin exports its labelled counters at
+// 0 for every label value it knows, so that the first prepare error or
+// limit restore failure is an increase that rate() and the alerts see, not
+// the start of a series.
+func TestCountersStartAtZero(t *testing.T) {
+	page := scrapeHandler(t, NewMetrics())
+	for _, want := range []string{
+		`dra_swap_claim_operations_total{operation="prepare",result="error"} 0`,
+		`dra_swap_claim_operations_total{operation="prepare",result="success"} 0`,
+		`dra_swap_claim_operations_total{operation="unprepare",result="error"} 0`,
+		`dra_swap_claim_operations_total{operation="unprepare",result="success"} 0`,
+		`dra_swap_limit_restored_total{trigger="interval"} 0`,
+		`dra_swap_limit_restored_total{trigger="update"} 0`,
+		`dra_swap_limit_restored_total{trigger="nri-synchronize"} 0`,
+		`dra_swap_limit_restored_total{trigger="start-up"} 0`,
+		`dra_swap_limit_restore_failures_total{trigger="interval"} 0`,
+		`dra_swap_limit_restore_failures_total{trigger="update"} 0`,
+		`dra_swap_limit_restore_failures_total{trigger="nri-synchronize"} 0`,
+		`dra_swap_limit_restore_failures_total{trigger="start-up"} 0`,
+	} {
+		if !strings.Contains(page, "\n"+want+"\n") {
+			t.Errorf("a fresh plugin's metrics lack %s", want)
+		}
+	}
+}
