@@ -71,7 +71,10 @@ func TestScrapeForRules(t *testing.T) {
 		if tg.component == "kubelet-plugin" {
 			tg.page, err = scrapeURL(ctx, "http://"+tg.labels["instance"]+"/metrics")
 		} else {
-			tg.page, err = c.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces", tg.pod.Namespace, "pods", tg.pod.Name+":metrics", "proxy", "metrics").DoRaw(ctx)
+			// By number: the API server's pod proxy panics on a named
+			// port (pods/<pod>:metrics) in this cluster's kube-apiserver.
+			_, port, _ := net.SplitHostPort(tg.labels["instance"])
+			tg.page, err = c.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces", tg.pod.Namespace, "pods", tg.pod.Name+":"+port, "proxy", "metrics").DoRaw(ctx)
 		}
 		if err != nil {
 			t.Fatalf("scrape %s pod %s: %v", tg.component, tg.pod.Name, err)
