@@ -130,6 +130,16 @@ e2e-cluster:
 	@mkdir -p _output
 	hack/e2e-cluster.sh
 
+## monitoring-check: every expression of the chart's PrometheusRule and
+## dashboard through Prometheus's PromQL engine (test/tools/promql, a module
+## of its own) over series that the e2e test TestScrapeForRules scraped from
+## both components (E2E_SCRAPE_OUT): SCRAPED=<that file>, or the committed
+## capture test/tools/promql/testdata/scraped.prom.
+.PHONY: monitoring-check
+monitoring-check:
+	@test -n "$(SCRAPED)" || { echo "monitoring-check: set SCRAPED to a file of scraped series (E2E_SCRAPE_OUT of the e2e run, or test/tools/promql/testdata/scraped.prom)" >&2; exit 1; }
+	cd test/tools/promql && SCRAPED=$(abspath $(SCRAPED)) $(NOCGO) $(GO) test -count=1 -v . 2>&1 | grep -E '^(--- |PASS|FAIL|ok|panic)|would fire|_test.go:[0-9]+: [^ ]+: ' ; exit $${PIPESTATUS[0]}
+
 ## demo: bring up the local cluster with the driver and show swap limits applied.
 demo:
 	hack/cluster/build.sh
