@@ -625,7 +625,18 @@ func TestTwoNodesControllerFailover(t *testing.T) {
 // the API server's pod proxy), and whether the pod has it.
 func (n *twoNodes) controllerMetric(t *testing.T, p *corev1.Pod, sample string) (float64, bool) {
 	t.Helper()
-	raw, err := n.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces", p.Namespace, "pods", p.Name+":metrics", "proxy", "metrics").DoRaw(context.Background())
+	// The port by number: kube-apiserver v1.37.1 panics on a named port
+	// in a pod proxy path (proxy.normalizeLocation).
+	port := int32(0)
+	for _, cp := range p.Spec.Containers[0].Ports {
+		if cp.Name == "metrics" {
+			port = cp.ContainerPort
+		}
+	}
+	if port == 0 {
+		t.Fatalf("controller pod %s has no metrics port", p.Name)
+	}
+	raw, err := n.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces", p.Namespace, "pods", fmt.Sprintf("%s:%d", p.Name, port), "proxy", "metrics").DoRaw(context.Background())
 	if err != nil {
 		t.Fatalf("scrape controller pod %s: %v", p.Name, err)
 	}
