@@ -43,6 +43,11 @@ const (
 	// nonRootUser is the driver image's user; the kubelet plugin's pod
 	// overrides it with runAsUser: 0.
 	nonRootUser = "65532:65532"
+	// license is the driver's SPDX license expression, its
+	// org.opencontainers.image.licenses label.
+	license = "Apache-2.0"
+	// maxArches bounds the -arch list.
+	maxArches = 8
 )
 
 // Image sets of `build -set`.
@@ -59,7 +64,12 @@ type buildOptions struct {
 	version  string
 	revision string
 	source   string
-	arch     string
+	// arches are the GOARCHes of the images; with more than one, each
+	// image is an OCI image index of one image per architecture.
+	arches []string
+	// sbomTool is cyclonedx-gomod; when set, the driver's image gets an
+	// SBOM of its binaries as an OCI referrer (sbom.go).
+	sbomTool string
 	// epoch is every file's mtime and the images' creation time.
 	epoch time.Time
 }
@@ -74,6 +84,8 @@ type imageSpec struct {
 	labels     map[string]string
 	// ldflags link the image's binaries (linkerFlags).
 	ldflags string
+	// sbom: the image's binaries get an SBOM (with -sbom-tool).
+	sbom bool
 }
 
 func (s imageSpec) ref() string { return s.name + ":" + s.tag }
@@ -87,15 +99,20 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	flags.StringVar(&o.version, "version", "", "the driver image's tag and org.opencontainers.image.version label (required for -set driver and all)")
 	flags.StringVar(&o.revision, "revision", "", "the org.opencontainers.image.revision label, a VCS commit (required for -set driver and all)")
 	flags.StringVar(&o.source, "source", defaultSource, "the org.opencontainers.image.source label")
-	flags.StringVar(&o.arch, "arch", runtime.GOARCH, "GOARCH of the binaries and the images")
+	arch := flags.String("arch", runtime.GOARCH, "GOARCH of the binaries and the images; a comma-separated list (amd64,arm64) makes each image an OCI image index of one image per architecture")
+	flags.StringVar(&o.sbomTool, "sbom-tool", "", "cyclonedx-gomod: the driver's image gets a CycloneDX SBOM of each of its binaries, attached as an OCI referrer")
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
-	epoch, err := sourceDateEpoch(os.Getenv("SOURCE_DATE_EPOCH"))
+	arches, err := parseArches(*arch)
+	if err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	o.arches = arches
+	o.epoch, err = sourceDateEpoch(os.Getenv("SOURCE_DATE_EPOCH"))
 	if err != nil {
 		return err
 	}
-	o.epoch = epoch
 	if o.out == "" {
 		return errors.New("build: -out is required")
 	}
@@ -119,6 +136,23 @@ func sourceDateEpoch(v string) (time.Time, error) {
 	return time.Unix(secs, 0).UTC(), nil
 }
 
+// parseArches splits the -arch list: GOARCH values, each once.
+func parseArches(list string) ([]string, error) {
+	arches := strings.Split(list, ",")
+	if len(arches) > maxArches {
+		return nil, fmt.Errorf("-arch %q: at most %d architectures", list, maxArches)
+	}
+	for i, a := range arches {
+		if a == "" || strings.TrimFunc(a, func(r rune) bool { return r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' }) != "" {
+			return nil, fmt.Errorf("-arch %q: %q is not a GOARCH", list, a)
+		}
+		if slices.Contains(arches[:i], a) {
+			return nil, fmt.Errorf("-arch %q: %s given twice", list, a)
+		}
+	}
+	return arches, nil
+}
+
 // imageSpecs lists the images of o.set.
 func imageSpecs(o buildOptions) ([]imageSpec, error) {
 	var specs []imageSpec
@@ -137,6 +171,7 @@ func imageSpecs(o buildOptions) ([]imageSpec, error) {
 			pkgs:    []string{"./cmd/dra-swap-kubeletplugin", "./cmd/dra-swap-controller", "./cmd/dra-swap-hook"},
 			user:    nonRootUser,
 			ldflags: linkerFlags(o.version, o.revision),
+			sbom:    true,
 			// No entrypoint: the image holds three commands and each pod
 			// names the one it runs.
 			labels: map[string]string{
@@ -145,6 +180,7 @@ func imageSpecs(o buildOptions) ([]imageSpec, error) {
 				"org.opencontainers.image.source":      o.source,
 				"org.opencontainers.image.version":     o.version,
 				"org.opencontainers.image.revision":    o.revision,
+				"org.opencontainers.image.licenses":    license,
 			},
 		})
 	case setTest:
@@ -203,9 +239,11 @@ func build(ctx context.Context, o buildOptions, specs []imageSpec, stdout, stder
 		}
 		pkgs[s.ldflags] = append(pkgs[s.ldflags], s.pkgs...)
 	}
-	for _, ldflags := range flagSets {
-		if err := compile(ctx, binDir, o.arch, ldflags, pkgs[ldflags], stderr); err != nil {
-			return err
+	for _, arch := range o.arches {
+		for _, ldflags := range flagSets {
+			if err := compile(ctx, filepath.Join(binDir, arch), arch, ldflags, pkgs[ldflags], stderr); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -216,7 +254,7 @@ func build(ctx context.Context, o buildOptions, specs []imageSpec, stdout, stder
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return fmt.Errorf("creating the parent of %s: %w", out, err)
 	}
-	built, err := writeLayout(tmp, specs, binDir, o)
+	built, err := writeLayout(ctx, tmp, specs, binDir, o, stderr)
 	if err == nil {
 		err = normalizeModes(tmp)
 	}
@@ -235,28 +273,109 @@ func build(ctx context.Context, o buildOptions, specs []imageSpec, stdout, stder
 }
 
 // writeLayout writes an OCI image layout of specs to dir and returns a
-// "<name>:<tag> <digest>" line per image.
-func writeLayout(dir string, specs []imageSpec, binDir string, o buildOptions) ([]string, error) {
+// "<name>:<tag> <digest>" line per image (per index with several arches).
+// With o.sbomTool, an image of a spec with sbom set gets an SBOM artifact
+// whose subject it is (sbom.go), in the layout without a name.
+func writeLayout(ctx context.Context, dir string, specs []imageSpec, binDir string, o buildOptions, stderr io.Writer) ([]string, error) {
 	lp, err := layout.Write(dir, empty.Index)
 	if err != nil {
 		return nil, fmt.Errorf("creating an OCI layout in %s: %w", dir, err)
 	}
 	var built []string
 	for _, s := range specs {
-		img, err := packImage(s, binDir, o.arch, o.epoch)
+		name := layout.WithAnnotations(map[string]string{refNameAnnotation: s.ref()})
+		var subject v1.Descriptor
+		if len(o.arches) == 1 {
+			img, err := packImage(s, filepath.Join(binDir, o.arches[0]), o.arches[0], o.epoch)
+			if err != nil {
+				return nil, fmt.Errorf("image %s: %w", s.ref(), err)
+			}
+			if err := lp.AppendImage(img, name); err != nil {
+				return nil, fmt.Errorf("writing image %s to %s: %w", s.ref(), dir, err)
+			}
+			subject, err = manifestDescriptor(img)
+			if err != nil {
+				return nil, fmt.Errorf("image %s: %w", s.ref(), err)
+			}
+		} else {
+			idx, err := packIndex(s, binDir, o.arches, o.epoch)
+			if err != nil {
+				return nil, fmt.Errorf("image index %s: %w", s.ref(), err)
+			}
+			if err := lp.AppendIndex(idx, name); err != nil {
+				return nil, fmt.Errorf("writing image index %s to %s: %w", s.ref(), dir, err)
+			}
+			subject, err = manifestDescriptor(idx)
+			if err != nil {
+				return nil, fmt.Errorf("image index %s: %w", s.ref(), err)
+			}
+		}
+		built = append(built, s.ref()+" "+subject.Digest.String())
+		if !s.sbom || o.sbomTool == "" {
+			continue
+		}
+		art, err := sbomArtifact(ctx, o, s, binDir, subject, stderr)
 		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", s.ref(), err)
+			return nil, fmt.Errorf("SBOM of %s: %w", s.ref(), err)
 		}
-		if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{refNameAnnotation: s.ref()})); err != nil {
-			return nil, fmt.Errorf("writing image %s to %s: %w", s.ref(), dir, err)
+		if err := lp.AppendImage(art); err != nil {
+			return nil, fmt.Errorf("writing the SBOM of %s to %s: %w", s.ref(), dir, err)
 		}
-		digest, err := img.Digest()
+		digest, err := art.Digest()
 		if err != nil {
-			return nil, fmt.Errorf("image %s: digest: %w", s.ref(), err)
+			return nil, fmt.Errorf("SBOM of %s: digest: %w", s.ref(), err)
 		}
-		built = append(built, s.ref()+" "+digest.String())
+		fmt.Fprintf(stderr, "SBOM of %s: %s\n", s.ref(), digest)
 	}
 	return built, nil
+}
+
+// packIndex makes an OCI image index of one image of s per architecture
+// (packImage, with the binaries of binDir/<arch>), in the order of arches,
+// annotated with s's labels.
+func packIndex(s imageSpec, binDir string, arches []string, epoch time.Time) (v1.ImageIndex, error) {
+	adds := make([]mutate.IndexAddendum, 0, len(arches))
+	for _, arch := range arches {
+		img, err := packImage(s, filepath.Join(binDir, arch), arch, epoch)
+		if err != nil {
+			return nil, fmt.Errorf("linux/%s: %w", arch, err)
+		}
+		adds = append(adds, mutate.IndexAddendum{
+			Add:        img,
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}},
+		})
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+	if len(s.labels) > 0 {
+		annotated, ok := mutate.Annotations(idx, s.labels).(v1.ImageIndex)
+		if !ok {
+			return nil, errors.New("annotating the index did not give an index")
+		}
+		idx = annotated
+	}
+	return idx, nil
+}
+
+// manifestDescriptor is the descriptor of an image's or an index's
+// manifest: media type, digest and size only, as a subject names it.
+func manifestDescriptor(m interface {
+	MediaType() (types.MediaType, error)
+	Digest() (v1.Hash, error)
+	Size() (int64, error)
+}) (v1.Descriptor, error) {
+	mt, err := m.MediaType()
+	if err != nil {
+		return v1.Descriptor{}, fmt.Errorf("media type: %w", err)
+	}
+	digest, err := m.Digest()
+	if err != nil {
+		return v1.Descriptor{}, fmt.Errorf("digest: %w", err)
+	}
+	size, err := m.Size()
+	if err != nil {
+		return v1.Descriptor{}, fmt.Errorf("size: %w", err)
+	}
+	return v1.Descriptor{MediaType: mt, Digest: digest, Size: size}, nil
 }
 
 // checkReplaceable refuses to replace an existing directory that holds

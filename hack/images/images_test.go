@@ -104,6 +104,7 @@ func TestImages(t *testing.T) {
 			"org.opencontainers.image.source":      defaultSource,
 			"org.opencontainers.image.version":     "0.1.0",
 			"org.opencontainers.image.revision":    testRevision,
+			"org.opencontainers.image.licenses":    "Apache-2.0",
 		}
 		tests := []struct {
 			ref        string
