@@ -157,7 +157,9 @@ suite() {
 if has_phase host; then
 	t=$SECONDS
 	echo "e2e-cluster: phase host: the suite on $host_node (cgroup v$( [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] && echo 2 || echo 1))"
-	suite _output/e2e.log -test.skip '^TestTwoNodes' ${E2E_RUN:+-test.run "$E2E_RUN"} || rc=1
+	# The series TestScrapeForRules scrapes, for make monitoring-check.
+	rm -f _output/scraped.prom
+	E2E_SCRAPE_OUT=$PWD/_output/scraped.prom suite _output/e2e.log -test.skip '^TestTwoNodes' ${E2E_RUN:+-test.run "$E2E_RUN"} || rc=1
 	echo "e2e-cluster: phase host took $((SECONDS - t)) s ($([ "$rc" = 0 ] && echo ok || echo FAIL); full log: _output/e2e.log)"
 fi
 

@@ -39,6 +39,7 @@ if [ "${E2E:-}" = skip ]; then
 	rc=0
 	make --no-print-directory verify unit integration || rc=1
 	hack/e2e-cluster.sh
+	make --no-print-directory monitoring-check SCRAPED=test/tools/promql/testdata/scraped.prom || rc=1
 	exit "$rc"
 fi
 
@@ -71,6 +72,9 @@ unit_bin=$(mktemp -d)
 	make --no-print-directory unit-compile UNIT_BIN="$unit_bin" > _output/unit-build.log 2>&1 ||
 		echo "compiling the unit tests failed (make unit says why)" >> _output/unit-build.log
 	echo "unit tests compiled after $((SECONDS - start)) s" >> _output/unit-build.log
+	# The PromQL evaluator (a module of its own), compiled, not run.
+	(cd test/tools/promql && CGO_ENABLED=0 GOFLAGS=-trimpath go test -count=1 -run '^$' . >> ../../../_output/unit-build.log 2>&1) ||
+		echo "compiling the PromQL evaluator failed (make monitoring-check says why)" >> _output/unit-build.log
 	exit "$rc"
 ) &
 checks=$!
@@ -91,6 +95,13 @@ else
 	tail -n 1 _output/verify.log
 fi
 tail -n 1 _output/unit-build.log
+phase "the alert rules and dashboard over the scraped series (PromQL)"
+if [ -s _output/scraped.prom ]; then
+	make --no-print-directory monitoring-check SCRAPED=_output/scraped.prom || rc=1
+else
+	echo "test: the e2e run scraped no series (_output/scraped.prom): TestScrapeForRules failed or did not run" >&2
+	rc=1
+fi
 phase "unit tests"
 make --no-print-directory unit || rc=1
 phase "done: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
