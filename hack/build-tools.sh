@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds the commands of the tools module (test/tools) that the integration
 # and end-to-end tests and `make release` run: real Kubernetes components,
-# the helm v4 CLI and cyclonedx-gomod (the release's SBOMs), from source, in
-# one go build.
+# the helm v4 CLI, cyclonedx-gomod (the release's SBOMs) and helm-docs (the
+# chart's README), from source, in one go build.
 #
 # Usage: hack/build-tools.sh [COMMAND...]
 #   COMMAND is one of kube-apiserver, kube-scheduler, kube-controller-manager,
-#   kubelet, kube-proxy, helm, cyclonedx-gomod (default: kube-apiserver).
+#   kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs (default:
+#   kube-apiserver).
 #
 # helm is built in the same module as Kubernetes, and that module requires
 # the versions the driver's module does for every package both compile
@@ -75,7 +76,8 @@ package_of() {
 	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet | kube-proxy) echo "k8s.io/kubernetes/cmd/$1" ;;
 	helm) echo helm.sh/helm/v4/cmd/helm ;;
 	cyclonedx-gomod) echo github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod ;;
-	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, helm or cyclonedx-gomod)" ;;
+	helm-docs) echo github.com/norwoodj/helm-docs/cmd/helm-docs ;;
+	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, helm, cyclonedx-gomod or helm-docs)" ;;
 	esac
 }
 for cmd in "$@"; do
@@ -85,8 +87,9 @@ done
 mkdir -p "${OUT_DIR}"
 OUT_DIR="$(cd "${OUT_DIR}" && pwd)"
 
-# helm's version, as its release builds set it.
+# helm's and helm-docs' versions, as their release builds set them.
 helm_version="$(required helm.sh/helm/v4)"
+helm_docs_version="$(required github.com/norwoodj/helm-docs)"
 
 # -s -w: no symbol table and no DWARF (as Kubernetes releases build them):
 # a faster link, and smaller binaries for the emulated node to load over 9p.
@@ -95,6 +98,9 @@ ldflags+=" -X k8s.io/component-base/version.gitMajor=${git_major}"
 ldflags+=" -X k8s.io/component-base/version.gitMinor=${git_minor}"
 ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
 ldflags+=" -X helm.sh/helm/v4/internal/version.version=${helm_version}"
+# helm-docs' main package; -X on the other commands' main packages, which
+# have no such variable, sets nothing.
+ldflags+=" -X main.version=${helm_docs_version#v}"
 
 todo=()
 for cmd in "$@"; do

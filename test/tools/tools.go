@@ -6,6 +6,7 @@ package tools
 
 import (
 	_ "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod"
+	_ "github.com/norwoodj/helm-docs/cmd/helm-docs"
 	_ "helm.sh/helm/v4/cmd/helm"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
