@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/pflag"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -26,6 +27,10 @@ import (
 )
 
 const name = "dra-swap-controller"
+
+// maxCleanupNodes bounds the Nodes --cleanup-node-labels walks through per
+// label key: far above any cluster's node count.
+const maxCleanupNodes = 100000
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
@@ -52,6 +57,8 @@ func run(args []string, stdout io.Writer) error {
 	)
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
+	cleanup := fs.Bool("cleanup-node-labels", false,
+		"Remove the labels the controller sets on Nodes ("+strings.Join(labels.NodeKeys(), ", ")+") from every Node, and only those, then exit: the chart's post-delete hook runs this when the driver is uninstalled.")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
 	fs.StringVar(&selection, "pod-selection", string(labels.SelectSwapClaims),
 		"Which pods get topology and swap labels: swap-claims (pods with an allocated dra.swap claim), all (every pod on a node running the driver), or namespaces (pods in namespaces matching --namespace-selector, and pods with swap claims).")
@@ -65,6 +72,8 @@ func run(args []string, stdout io.Writer) error {
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "Elect a leader among replicas; only the leader reconciles and rotates the webhook certificate.")
 	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease (default $POD_NAMESPACE or kube-system).")
 	fs.StringVar(&cfg.LeaderElectionID, "leader-election-id", "dra-swap-controller", "Name of the leader election Lease.")
+	fs.StringVar(&cfg.OwnerDeployment, "owner-deployment", "",
+		"The controller's Deployment in $POD_NAMESPACE: the leader election Lease and the self-managed webhook certificate Secret get an ownerReference to it, so that deleting it (helm uninstall) deletes them. None when empty.")
 	fs.BoolVar(&cfg.DisableWebhooks, "disable-webhooks", false, "Do not serve the admission webhooks (labels then come from the reconciler only).")
 	fs.StringVar(&cfg.WebhookHost, "webhook-host", "", "Address the webhook server listens on (all when empty).")
 	fs.IntVar(&cfg.WebhookPort, "webhook-port", 9443, "Port of the webhook server.")
@@ -110,6 +119,19 @@ func run(args []string, stdout io.Writer) error {
 	logger := klog.Background()
 	ctrl.SetLogger(logger)
 	ctx = klog.NewContext(ctx, logger)
+	if *cleanup {
+		client, err := kubernetes.NewForConfig(restConfig)
+		if err != nil {
+			return fmt.Errorf("create client: %w", err)
+		}
+		n, err := controller.RemoveNodeLabels(ctx, client, maxCleanupNodes)
+		if err != nil {
+			return fmt.Errorf("remove the driver's node labels: %w", err)
+		}
+		logger.Info("Removed the driver's node labels", "keys", labels.NodeKeys(), "nodes", n)
+		return nil
+	}
+	cfg.OwnerNamespace = namespace
 	return controller.Run(ctx, restConfig, cfg)
 }
 

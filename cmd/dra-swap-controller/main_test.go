@@ -25,6 +25,7 @@ func TestRun(t *testing.T) {
 		{args: []string{"--version"}, wantStdout: wantVersion},
 		{args: []string{"--version", "--kubeconfig=/does/not/exist", "--workers=2"}, wantStdout: wantVersion},
 		{args: []string{"--version=false", "--kubeconfig=/does/not/exist"}, wantErr: "load kubeconfig /does/not/exist"},
+		{args: []string{"--cleanup-node-labels", "--kubeconfig=/does/not/exist"}, wantErr: "load kubeconfig /does/not/exist"},
 		{args: []string{"extra"}, wantErr: "unexpected arguments"},
 		{args: []string{"--no-such-flag"}, wantErr: "unknown flag"},
 		{args: []string{"--pod-selection=namespaces", "--namespace-selector=a in (b"}, wantErr: "--namespace-selector"},

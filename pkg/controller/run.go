@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,6 +38,12 @@ type Config struct {
 	LeaderElection          bool
 	LeaderElectionNamespace string
 	LeaderElectionID        string
+	// OwnerDeployment, a Deployment in OwnerNamespace (the controller's
+	// own), owns the leader election Lease and the self-managed
+	// certificate Secret, which must then be in OwnerNamespace: deleting
+	// the Deployment deletes them. None when empty.
+	OwnerDeployment string
+	OwnerNamespace  string
 
 	// Webhooks: served on WebhookHost:WebhookPort unless DisableWebhooks.
 	DisableWebhooks bool
@@ -60,13 +68,34 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 	if err := cfg.Policy.Validate(); err != nil {
 		return err
 	}
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	selfCert := !cfg.DisableWebhooks && cfg.CertDir == ""
+	var lock resourcelock.Interface
+	if cfg.OwnerDeployment != "" {
+		// An owner must be in its dependents' namespace.
+		if cfg.LeaderElection && cfg.LeaderElectionNamespace != cfg.OwnerNamespace {
+			return fmt.Errorf("the leader election Lease's namespace %q is not its owner Deployment %s's %q", cfg.LeaderElectionNamespace, cfg.OwnerDeployment, cfg.OwnerNamespace)
+		}
+		if selfCert && cfg.Cert.SecretNamespace != cfg.OwnerNamespace {
+			return fmt.Errorf("the webhook certificate Secret's namespace %q is not its owner Deployment %s's %q", cfg.Cert.SecretNamespace, cfg.OwnerDeployment, cfg.OwnerNamespace)
+		}
+		owner, err := deploymentOwner(ctx, client, cfg.OwnerNamespace, cfg.OwnerDeployment)
+		if err != nil {
+			return err
+		}
+		cfg.Cert.OwnerReferences = []metav1.OwnerReference{owner}
+		if cfg.LeaderElection {
+			if lock, err = ownedLeaseLock(client, cfg.LeaderElectionNamespace, cfg.LeaderElectionID, owner); err != nil {
+				return err
+			}
+		}
+	}
 	var certs *servingcert.Manager
 	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
-	if !cfg.DisableWebhooks && cfg.CertDir == "" {
-		client, err := kubernetes.NewForConfig(restConfig)
-		if err != nil {
-			return fmt.Errorf("create client: %w", err)
-		}
+	if selfCert {
 		if certs, err = servingcert.New(client, cfg.Cert); err != nil {
 			return fmt.Errorf("webhook certificate: %w", err)
 		}
@@ -86,9 +115,11 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
 		LeaderElectionID:              cfg.LeaderElectionID,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &leaseDuration,
-		RenewDeadline:                 &renewDeadline,
-		RetryPeriod:                   &retryPeriod,
+		// nil: controller-runtime's Lease lock on the namespace and ID above.
+		LeaderElectionResourceLockInterface: lock,
+		LeaseDuration:                       &leaseDuration,
+		RenewDeadline:                       &renewDeadline,
+		RetryPeriod:                         &retryPeriod,
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host:    cfg.WebhookHost,
 			Port:    cfg.WebhookPort,

@@ -311,6 +311,23 @@ func NodeLabels(n Node, removeWithoutDriver bool) NodeChange {
 	return change
 }
 
+// NodeKeys are the labels the controller sets on Nodes (NodeLabels): the
+// only ones RemoveNodeLabels removes.
+func NodeKeys() []string { return []string{SwapBehavior, Capacity} }
+
+// RemoveNodeLabels is the change that removes the controller's labels
+// (NodeKeys) from a Node with these labels, as the driver's uninstall
+// does; every other label stays.
+func RemoveNodeLabels(nodeLabels map[string]string) NodeChange {
+	change := NodeChange{}
+	for _, k := range NodeKeys() {
+		if _, ok := nodeLabels[k]; ok {
+			change[k] = nil
+		}
+	}
+	return change
+}
+
 // MergePatch is the JSON merge patch that applies the change to a Node.
 func (c NodeChange) MergePatch() ([]byte, error) {
 	labels := map[string]any{}

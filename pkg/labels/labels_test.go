@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -271,6 +272,43 @@ func TestNodeLabels(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRemoveNodeLabels: the uninstall removes the labels the controller
+// sets on Nodes, every one NodeLabels can set, and no other label.
+func TestRemoveNodeLabels(t *testing.T) {
+	set := NodeLabels(Node{Device: device(t, discovery.SwapBehaviorLimitedSwap, 4*gi, map[string]string{Zone: "z1"})}, false)
+	for k := range set {
+		if !slices.Contains(NodeKeys(), k) {
+			t.Errorf("NodeLabels sets %s, which NodeKeys %v leaves out (the uninstall would leave it behind)", k, NodeKeys())
+		}
+	}
+	others := map[string]string{Zone: "z1", Hostname: "n1", "team": "a", ManagedAnnotation: "x", "dra.swap/other": "y"}
+	tests := []struct {
+		name   string
+		labels map[string]string
+		want   map[string]*string
+	}{
+		{name: "both", labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}, want: map[string]*string{SwapBehavior: nil, Capacity: nil}},
+		{name: "both among others", labels: merged(others, map[string]string{SwapBehavior: "NoSwap", Capacity: "1Gi"}), want: map[string]*string{SwapBehavior: nil, Capacity: nil}},
+		{name: "one", labels: merged(others, map[string]string{Capacity: ""}), want: map[string]*string{Capacity: nil}},
+		{name: "only others", labels: others, want: map[string]*string{}},
+		{name: "none", labels: nil, want: map[string]*string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := RemoveNodeLabels(tc.labels)
+			if !reflect.DeepEqual(map[string]*string(got), tc.want) {
+				t.Errorf("RemoveNodeLabels(%v) = %v, want %v", tc.labels, got, tc.want)
+			}
+		})
+	}
+}
+
+func merged(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
 }
 
 func TestClaims(t *testing.T) {

@@ -96,6 +96,10 @@ type Options struct {
 	RenewBefore time.Duration
 	// Now is the clock (time.Now).
 	Now func() time.Time
+	// OwnerReferences are set on the Secret when Ensure creates it and
+	// added to one that lacks them (matched by UID), so that deleting
+	// the owner (the controller's Deployment) deletes the Secret.
+	OwnerReferences []metav1.OwnerReference
 }
 
 // Manager keeps the serving certificate. It is safe for concurrent use.
@@ -263,17 +267,27 @@ func (m *Manager) Ensure(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("renew webhook certificate in Secret %s: %w", m.secretRef(), err)
 		}
+		var owners []metav1.OwnerReference
+		if exists {
+			owners = s.OwnerReferences
+		}
+		owners, ownersAdded := WithOwners(owners, m.opts.OwnerReferences)
+		if exists && ownersAdded {
+			changes = append(changes, "owner references")
+		}
 		if len(changes) > 0 {
 			logger.Info("Writing webhook certificate Secret", "created", !exists, "changes", changes)
 			if exists {
 				s.Data = data
+				s.OwnerReferences = owners
 				_, err = secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: fieldManager})
 			} else {
 				_, err = secrets.Create(ctx, &corev1.Secret{
 					ObjectMeta: metav1.ObjectMeta{
-						Name:      m.opts.SecretName,
-						Namespace: m.opts.SecretNamespace,
-						Labels:    map[string]string{"app.kubernetes.io/managed-by": fieldManager},
+						Name:            m.opts.SecretName,
+						Namespace:       m.opts.SecretNamespace,
+						Labels:          map[string]string{"app.kubernetes.io/managed-by": fieldManager},
+						OwnerReferences: owners,
 					},
 					Type: corev1.SecretTypeTLS,
 					Data: data,
@@ -296,6 +310,18 @@ func (m *Manager) Ensure(ctx context.Context) error {
 		return m.inject(ctx, data[KeyCA])
 	}
 	return fmt.Errorf("write webhook certificate Secret %s: gave up after %d concurrent changes: %w", m.secretRef(), writeAttempts, lastErr)
+}
+
+// WithOwners returns refs with each of owners whose UID none of refs
+// names added (a new slice), and whether it added one.
+func WithOwners(refs, owners []metav1.OwnerReference) ([]metav1.OwnerReference, bool) {
+	out := slices.Clone(refs)
+	for _, o := range owners {
+		if !slices.ContainsFunc(out, func(r metav1.OwnerReference) bool { return r.UID == o.UID }) {
+			out = append(out, o)
+		}
+	}
+	return out, len(out) > len(refs)
 }
 
 // plan returns the Secret data with what is missing, malformed or due

@@ -932,3 +932,68 @@ func TestNew(t *testing.T) {
 		t.Error("New accepted a nil client")
 	}
 }
+
+// TestEnsureOwnerReferences: the Secret Ensure creates is owned by
+// Options.OwnerReferences; one made without them (by a controller that
+// had no owner) gets them added at the next Ensure with its certificate
+// and its other owners kept, and then nothing more is written.
+func TestEnsureOwnerReferences(t *testing.T) {
+	ctx, _ := testContext(t)
+	c := &clock{now: start()}
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "dra-swap-controller", UID: "uid-1"}
+	other := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "other", UID: "uid-0"}
+	withOwner := testOptions(c.Now)
+	withOwner.OwnerReferences = []metav1.OwnerReference{owner}
+	owners := func(client *fake.Clientset) []metav1.OwnerReference {
+		s, err := client.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.OwnerReferences
+	}
+
+	t.Run("created owned", func(t *testing.T) {
+		client := fake.NewClientset(webhookConfigurations()...)
+		if err := newManager(t, client, withOwner).Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := owners(client); !slices.Equal(got, []metav1.OwnerReference{owner}) {
+			t.Errorf("owners %v, want %v", got, owner)
+		}
+	})
+
+	t.Run("existing Secret adopted", func(t *testing.T) {
+		client := fake.NewClientset(webhookConfigurations()...)
+		if err := newManager(t, client, testOptions(c.Now)).Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s, err := client.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.OwnerReferences) != 0 {
+			t.Fatalf("a Manager without owners wrote owners %v", s.OwnerReferences)
+		}
+		s.OwnerReferences = []metav1.OwnerReference{other}
+		if _, err := client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		before := secretData(t, client)
+		m := newManager(t, client, withOwner)
+		for i := range 2 {
+			client.ClearActions()
+			if err := m.Ensure(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n, want := writes(client, "secrets"), 1-i; n != want {
+				t.Errorf("Ensure %d: %d Secret writes, want %d", i+1, n, want)
+			}
+		}
+		if got := owners(client); !slices.Equal(got, []metav1.OwnerReference{other, owner}) {
+			t.Errorf("owners %v, want %v and %v", got, other, owner)
+		}
+		if after := secretData(t, client); !maps.EqualFunc(before, after, func(a, b []byte) bool { return string(a) == string(b) }) {
+			t.Error("adding the owner changed the certificate")
+		}
+	})
+}

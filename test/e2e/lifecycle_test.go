@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
 )
@@ -298,10 +299,13 @@ func (c *env) releaseObjects(t *testing.T) []chartObject {
 }
 
 // TestUninstallAndReinstall: `helm uninstall` removes every object the
-// chart made and, through the kubelet, the driver's ResourceSlices;
-// running containers keep their limits; the hook binary and the CDI
-// specs and checkpoint of running claims stay on the node, where a
-// reinstall picks them up and unprepares them when their pods go.
+// chart made, the controller's own Lease and webhook Secret (owned by its
+// Deployment), the labels the controller set on the Nodes (the chart's
+// post-delete hook, whose own objects go once it succeeded) and, through
+// the kubelet, the driver's ResourceSlices; running containers keep their
+// limits; the hook binary and the CDI specs and checkpoint of running
+// claims stay on the node, where a reinstall picks them up and unprepares
+// them when their pods go.
 func TestUninstallAndReinstall(t *testing.T) {
 	hostLegOnly(t, "what helm uninstall removes and what a reinstall picks up do not depend on the cgroup version")
 	c := loadCluster(t)
@@ -321,6 +325,46 @@ func TestUninstallAndReinstall(t *testing.T) {
 		names = append(names, o.String())
 	}
 	t.Logf("the release made %d objects: %s", len(objs), strings.Join(names, ", "))
+	// What the controller made for itself, and its labels on the Nodes.
+	controllerName := driverRelease + "-controller"
+	ownObjects := []struct {
+		what string
+		get  func(context.Context) error
+	}{
+		{"Lease " + controllerName, func(ctx context.Context) error {
+			_, err := c.client.CoordinationV1().Leases(driverNamespace).Get(ctx, controllerName, metav1.GetOptions{})
+			return err
+		}},
+		{"Secret " + controllerName + "-webhook-tls", func(ctx context.Context) error {
+			_, err := c.client.CoreV1().Secrets(driverNamespace).Get(ctx, controllerName+"-webhook-tls", metav1.GetOptions{})
+			return err
+		}},
+	}
+	for _, o := range ownObjects {
+		if err := o.get(ctx); err != nil {
+			t.Errorf("before uninstall: the controller's %s: %v", o.what, err)
+		}
+	}
+	driverLabels := func() map[string]string {
+		nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := map[string]string{}
+		for _, n := range nodes.Items {
+			for _, k := range labels.NodeKeys() {
+				if v, ok := n.Labels[k]; ok {
+					found[n.Name+" "+k] = v
+				}
+			}
+		}
+		return found
+	}
+	if found := driverLabels(); len(found) == 0 {
+		t.Errorf("before uninstall: no Node has any of the controller's labels %v", labels.NodeKeys())
+	} else {
+		t.Logf("before uninstall, the controller's Node labels: %v", found)
+	}
 
 	installed := true
 	t.Cleanup(func() {
@@ -340,10 +384,43 @@ func TestUninstallAndReinstall(t *testing.T) {
 			left = append(left, o.String())
 		}
 	}
+	// The Lease and the Secret go with the Deployment (the garbage
+	// collector); the post-delete hook's objects once it succeeded.
+	cleanup := driverRelease + "-label-cleanup"
+	hookObjects := []struct {
+		what string
+		get  func(context.Context) error
+	}{
+		{"hook Job " + cleanup, func(ctx context.Context) error {
+			_, err := c.client.BatchV1().Jobs(driverNamespace).Get(ctx, cleanup, metav1.GetOptions{})
+			return err
+		}},
+		{"hook ServiceAccount " + cleanup, func(ctx context.Context) error {
+			_, err := c.client.CoreV1().ServiceAccounts(driverNamespace).Get(ctx, cleanup, metav1.GetOptions{})
+			return err
+		}},
+		{"hook ClusterRole " + cleanup, func(ctx context.Context) error {
+			_, err := c.client.RbacV1().ClusterRoles().Get(ctx, cleanup, metav1.GetOptions{})
+			return err
+		}},
+		{"hook ClusterRoleBinding " + cleanup, func(ctx context.Context) error {
+			_, err := c.client.RbacV1().ClusterRoleBindings().Get(ctx, cleanup, metav1.GetOptions{})
+			return err
+		}},
+	}
+	for _, o := range append(ownObjects, hookObjects...) {
+		if err := waitGone(ctx, time.Minute, o.get); err != nil {
+			left = append(left, o.what)
+		}
+	}
 	if len(left) > 0 {
 		t.Errorf("after helm uninstall, still there: %s", strings.Join(left, ", "))
 	} else {
-		t.Logf("after helm uninstall: none of the %d objects is left", len(objs))
+		t.Logf("after helm uninstall: none of the %d objects, the controller's Lease and Secret or the hook's objects is left", len(objs))
+	}
+	// helm uninstall --wait returned after the hook Job succeeded.
+	if found := driverLabels(); len(found) > 0 {
+		t.Errorf("after helm uninstall, the controller's Node labels are still there: %v", found)
 	}
 	// The kubelet wipes a driver's ResourceSlices 30 s after its last
 	// plugin unregistered.

@@ -84,7 +84,7 @@ func TestChart(t *testing.T) {
 	})
 
 	t.Run("static manifest is the chart's output", func(t *testing.T) {
-		out, err := runHelm(t, "template", "dra-driver-swap", chartDir, "--namespace", "dra-swap")
+		out, err := runHelm(t, "template", "dra-driver-swap", chartDir, "--namespace", "dra-swap", "--no-hooks")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,10 @@ func TestChart(t *testing.T) {
 			// controller. The NetworkPolicy is optional.
 			want := map[string]int{"DaemonSet": 1, "Deployment": 1, "DeviceClass": 1, "MutatingWebhookConfiguration": 0,
 				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
-				"ServiceAccount": 2, "ResourceQuota": 1, "ServiceMonitor": 0, "PrometheusRule": 0, "ConfigMap": 0}
+				"ServiceAccount": 3, "ResourceQuota": 1, "ServiceMonitor": 0, "PrometheusRule": 0, "ConfigMap": 0,
+				// The uninstall's node label cleanup (a post-delete hook, with
+				// its own ServiceAccount).
+				"Job": 1}
 			// The controller's caBundle-only and own-secret-only policies
 			// come with its grants on the webhook configuration and on
 			// Secrets, in TLS mode self only.
@@ -179,12 +182,13 @@ func TestChart(t *testing.T) {
 				want["DeviceClass"], want["ServiceMonitor"], want["Certificate"], want["NetworkPolicy"] = 3, 2, 1, 1
 				want["PrometheusRule"], want["ConfigMap"] = 1, 1
 				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 3, 3
+				want["Job"], want["ServiceAccount"] = 0, 2 // cleanupNodeLabelsOnUninstall false
 			case "secret-tls":
 				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 3, 3
 			case "no-pdb-no-le":
 				want["PodDisruptionBudget"] = 0
 			case "overrides":
-				want["ServiceAccount"] = 1 // the plugin's: serviceAccount.create false
+				want["ServiceAccount"] = 2 // no plugin's: serviceAccount.create false
 				want["ServiceMonitor"], want["PrometheusRule"], want["ConfigMap"] = 2, 1, 1
 			}
 			for kind, n := range want {

@@ -226,6 +226,9 @@ func TestChartValues(t *testing.T) {
 		// and policies use both names.
 		var accounts []string
 		for _, sa := range r.kind("ServiceAccount") {
+			if sa.GetName() == "dra-driver-swap-label-cleanup" {
+				continue // the uninstall hook's own
+			}
 			accounts = append(accounts, sa.GetName())
 			if sa.GetAnnotations()["iam.example.com/role"] != "swap-controller" {
 				t.Errorf("ServiceAccount %s annotations %v", sa.GetName(), sa.GetAnnotations())
@@ -246,8 +249,11 @@ func TestChartValues(t *testing.T) {
 				for _, s := range subjects {
 					s := s.(map[string]any)
 					want := "platform-swap-controller"
-					if strings.HasSuffix(b.GetName(), "-kubeletplugin") {
+					switch {
+					case strings.HasSuffix(b.GetName(), "-kubeletplugin"):
 						want = "platform-swap-plugin"
+					case strings.HasSuffix(b.GetName(), "-label-cleanup"):
+						want = b.GetName()
 					}
 					if s["name"] != want || s["namespace"] != "swap-system" {
 						t.Errorf("%s %s subject %v, want ServiceAccount swap-system/%s", kind, b.GetName(), s, want)

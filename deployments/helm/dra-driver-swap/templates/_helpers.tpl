@@ -21,6 +21,7 @@ one (namespaceOverride, else the release's). */}}
 
 {{- define "dra-swap.plugin" -}}{{ include "dra-swap.fullname" . | trunc 50 | trimSuffix "-" }}-kubeletplugin{{- end -}}
 {{- define "dra-swap.controller" -}}{{ include "dra-swap.fullname" . | trunc 52 | trimSuffix "-" }}-controller{{- end -}}
+{{- define "dra-swap.labelCleanup" -}}{{ include "dra-swap.fullname" . | trunc 48 | trimSuffix "-" }}-label-cleanup{{- end -}}
 {{/* The components' ServiceAccount names: the given name, else the
 generated one (also when serviceAccount.create is false: the chart then
 expects an account of that name). RBAC bindings and the admission policies'
