@@ -24,7 +24,7 @@ GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster demo demo-down verify fuzz bench bench-e2e bench-scale k8s-binaries helm manifests deps clean unit-compile fmt-check
+.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster demo demo-down verify fuzz bench bench-e2e bench-scale k8s-binaries helm manifests chart-docs deps clean unit-compile fmt-check
 
 all: build
 
@@ -112,12 +112,19 @@ manifests: helm
 	   echo "# (release dra-driver-swap, namespace dra-swap); do not edit, change the chart."; \
 	   $(OUT_DIR)/helm template dra-driver-swap $(CHART) --namespace dra-swap --no-hooks; } > deployments/static/dra-driver-swap.yaml
 
+## chart-docs: $(CHART)/README.md from the comments of its values.yaml
+## (helm-docs' `# --` form) and README.md.gotmpl; the integration test
+## TestChartREADME fails while it is stale.
+chart-docs:
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh helm-docs
+	$(OUT_DIR)/helm-docs --chart-search-root $(CHART) --sort-values-order file --log-level warning
+
 ## integration: the kubelet plugin, the controller and the chart against a
 ## real kube-apiserver and etcd; the scale harness's small run (test/scale:
 ## 100 simulated nodes, a real kube-scheduler).
 integration: deps
-	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver kube-scheduler helm
-	HELM=$(OUT_DIR)/helm KUBE_APISERVER=$(OUT_DIR)/kube-apiserver KUBE_SCHEDULER=$(OUT_DIR)/kube-scheduler $(NOCGO) $(GO) test -count=1 -v ./test/integration/... ./test/scale/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver kube-scheduler helm helm-docs
+	HELM=$(OUT_DIR)/helm HELM_DOCS=$(OUT_DIR)/helm-docs KUBE_APISERVER=$(OUT_DIR)/kube-apiserver KUBE_SCHEDULER=$(OUT_DIR)/kube-scheduler $(NOCGO) $(GO) test -count=1 -v ./test/integration/... ./test/scale/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 ## e2e: a real single-node cluster (kubelet, containerd, runc, swap file) and the e2e suite.
 e2e:
