@@ -30,8 +30,11 @@ import (
 
 const (
 	// offerBytes is the swap every simulated node offers (and the no-op
-	// device's capacity): 64 GiB, room for 1,000 claims of requestBytes.
-	offerBytes int64 = 64 << 30
+	// device's capacity): 8 GiB, room for 128 claims of requestBytes. The
+	// scheduler puts identical pods on one node until it is full, so
+	// claims fill node after node (10,000 fill 79 nodes): what a node
+	// offers, not only its pod count, decides where they go.
+	offerBytes int64 = 8 << 30
 	// requestBytes is what each claim of the swap and no-op modes asks.
 	requestBytes int64 = 64 << 20
 	// writers is how many goroutines create or delete objects at once.

@@ -88,12 +88,12 @@ func TestCheck(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.slices[0] = *rs
-		}, want: "node node-00000: device swap has 64Gi allocated, over its offer of 32Gi"},
+		}, want: "node node-00000: device swap has 8Gi allocated, over its offer of 4Gi"},
 		{name: "two pods over one offer", mutate: func(s *snapshot) {
 			s.pods[1].Spec.NodeName = nodeName(0)
 			s.pods[1].Labels = s.pods[0].Labels
 			s.claims[1].Status.Allocation.Devices.Results[0].Pool = nodeName(0)
-		}, want: "over its offer of 64Gi"},
+		}, want: "over its offer of 8Gi"},
 		{name: "pod not labeled", mutate: func(s *snapshot) { delete(s.pods[1].Labels, labels.SwapBehavior) }, want: `pod b on node node-00001: label node.kubernetes.io/swap-behavior="", want "LimitedSwap"`},
 		{name: "another node's zone", mutate: func(s *snapshot) { s.pods[1].Labels[labels.Zone] = "zone-0" }, want: `label topology.kubernetes.io/zone="zone-0", want "zone-1"`},
 	} {

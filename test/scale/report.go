@@ -67,8 +67,8 @@ func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 func WriteReport(w io.Writer, machine string, results []Result, failures []string) {
 	fmt.Fprintf(w, "Machine: %s.\n\n", machine)
 	fmt.Fprintf(w, "Scheduling (kube-scheduler's own p50/p99 of `scheduler_scheduling_attempt_duration_seconds{result=\"scheduled\"}`, from buckets that double; pods/s from the first binding to the last as a watch sees them; the ratio is against the no-op driver (%s) at the same scale):\n\n", noopdriver.DriverName)
-	fmt.Fprintln(w, "| nodes | pods | pods' claim | pods/s | attempt p50 | attempt p99 | unschedulable / error attempts | scheduler CPU (peak RSS) | pods/s vs no-op |")
-	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| nodes | pods | pods' claim | pods/s | attempt p50 | attempt p99 | unschedulable / error attempts | nodes used (most pods on one) | scheduler CPU (peak RSS) | pods/s vs no-op |")
+	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
 		var noop float64
 		for _, m := range r.Modes {
@@ -81,8 +81,9 @@ func WriteReport(w io.Writer, machine string, results []Result, failures []strin
 			if noop > 0 && m.Mode.Driver != noopdriver.DriverName {
 				ratio = fmt.Sprintf("%.0f %%", 100*m.Throughput/noop)
 			}
-			fmt.Fprintf(w, "| %d | %d | %s | %.1f | %s | %s | %.0f / %.0f | %s (%s) | %s |\n", r.Config.Nodes, m.Pods, m.Mode.Name, m.Throughput,
-				ms(m.AttemptP50), ms(m.AttemptP99), m.Attempts["unschedulable"], m.Attempts["error"], dur(m.SchedulerCPU), mib(m.SchedulerPeakRSS), ratio)
+			fmt.Fprintf(w, "| %d | %d | %s | %.1f | %s | %s | %.0f / %.0f | %d (%d) | %s (%s) | %s |\n", r.Config.Nodes, m.Pods, m.Mode.Name, m.Throughput,
+				ms(m.AttemptP50), ms(m.AttemptP99), m.Attempts["unschedulable"], m.Attempts["error"], m.NodesUsed, m.MostOnANode,
+				dur(m.SchedulerCPU), mib(m.SchedulerPeakRSS), ratio)
 		}
 	}
 	fmt.Fprintln(w)

@@ -85,6 +85,9 @@ type ModeResult struct {
 	// started for this mode, from its start to the last pod's binding.
 	SchedulerCPU     time.Duration
 	SchedulerPeakRSS int64
+	// NodesUsed is how many nodes the pods were bound to, MostOnANode
+	// the most pods on one of them.
+	NodesUsed, MostOnANode int
 	// Controller: its process's CPU time and API requests
 	// (rest_client_requests_total) while the mode's pods were scheduled
 	// and labeled, its RSS at the end and its peak RSS so far.
@@ -479,6 +482,16 @@ func (c *Cluster) runMode(ctx context.Context, m Mode, n int) (ModeResult, error
 		return res, err
 	}
 	res.Violations = check(snap)
+	perNode := map[string]int{}
+	for _, p := range snap.pods {
+		if p.Spec.NodeName != "" {
+			perNode[p.Spec.NodeName]++
+		}
+	}
+	res.NodesUsed = len(perNode)
+	for _, n := range perNode {
+		res.MostOnANode = max(res.MostOnANode, n)
+	}
 	return res, nil
 }
 

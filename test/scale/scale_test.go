@@ -69,6 +69,21 @@ func BenchmarkScale(b *testing.B) {
 		results  []Result
 		failures []string
 	)
+	// The report is rewritten after each scale, so a run stopped at a
+	// larger one keeps the smaller ones.
+	report := func() string {
+		var out strings.Builder
+		WriteReport(&out, Machine(), results, failures)
+		if path := os.Getenv("BENCH_SCALE_REPORT"); path != "" {
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return out.String()
+	}
 	for _, cfg := range configs {
 		var failed error
 		ok := b.Run(fmt.Sprintf("nodes=%d/pods=%d", cfg.Nodes, cfg.Pods), func(b *testing.B) {
@@ -86,20 +101,13 @@ func BenchmarkScale(b *testing.B) {
 		})
 		if !ok {
 			failures = append(failures, fmt.Sprintf("%d nodes, %d pods: %v", cfg.Nodes, cfg.Pods, failed))
+		}
+		report()
+		if !ok {
 			break
 		}
 	}
-	var out strings.Builder
-	WriteReport(&out, Machine(), results, failures)
-	fmt.Print("\n" + out.String())
-	if path := os.Getenv("BENCH_SCALE_REPORT"); path != "" {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fmt.Print("\n" + report())
 }
 
 func TestHistogramQuantile(t *testing.T) {
