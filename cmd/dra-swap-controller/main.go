@@ -68,6 +68,9 @@ func run(args []string, stdout io.Writer) error {
 		"Remove node.kubernetes.io/swap-behavior and dra.swap/capacity from a node when the kubelet plugin no longer publishes for it. Off: the labels stay (as KEP-5425 keeps them on downgrade).")
 	fs.Float32Var(&qps, "kube-api-qps", 50, "Queries per second to the API server (label patches and reads).")
 	fs.IntVar(&burst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	fs.Float32Var(&cfg.WebhookQPS, "webhook-kube-api-qps", 200,
+		"Queries per second of the webhooks' own API client (the pod label patch inside the scheduler's binding cycle, and its reads), apart from --kube-api-qps: every call answers an admission request.")
+	fs.IntVar(&cfg.WebhookBurst, "webhook-kube-api-burst", 400, "Burst of the webhooks' own API client.")
 	fs.IntVar(&cfg.Workers, "workers", 4, "Concurrent reconciles per reconciler.")
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "Elect a leader among replicas; only the leader reconciles and rotates the webhook certificate.")
 	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease (default $POD_NAMESPACE or kube-system).")

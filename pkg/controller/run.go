@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -60,6 +61,28 @@ type Config struct {
 	// MetricsAddress and HealthAddress: "0" disables.
 	MetricsAddress string
 	HealthAddress  string
+
+	// WebhookQPS and WebhookBurst limit the API calls the webhooks make
+	// (the pod label patch at a claim's reservation or the binding, and
+	// its uncached reads) on a limiter of their own: they run inside the
+	// scheduler's binding cycle, and behind the reconcilers' budget they
+	// held swap pods' binding to that budget. Zero: restConfig's.
+	WebhookQPS   float32
+	WebhookBurst int
+}
+
+// webhookRESTConfig is the webhooks' client configuration: restConfig's,
+// with a rate limiter of its own (qps and burst; restConfig's when zero).
+func webhookRESTConfig(restConfig *rest.Config, qps float32, burst int) *rest.Config {
+	c := rest.CopyConfig(restConfig)
+	c.RateLimiter = nil
+	if qps > 0 {
+		c.QPS = qps
+	}
+	if burst > 0 {
+		c.Burst = burst
+	}
+	return c
 }
 
 // Run runs the controller until ctx ends.
@@ -146,15 +169,20 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 	if !cfg.DisableWebhooks {
 		c := mgr.GetClient()
 		nodes := Nodes{Reader: c}
+		// Writes and uncached reads on the webhooks' own limiter.
+		direct, err := ctrlclient.New(webhookRESTConfig(restConfig, cfg.WebhookQPS, cfg.WebhookBurst), ctrlclient.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+		if err != nil {
+			return fmt.Errorf("create the webhooks' client: %w", err)
+		}
 		srv := mgr.GetWebhookServer()
 		// Every handler is Bounded: any pod that reaches the Service can
 		// post to it.
 		srv.Register(swapwebhook.BindingPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.BindingLabeler{
-			Pods: c, APIReader: mgr.GetAPIReader(), Client: c, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
-			Selector: Pods{Reader: c, APIReader: mgr.GetAPIReader(), Policy: cfg.Policy},
+			Pods: c, APIReader: direct, Client: direct, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
+			Selector: Pods{Reader: c, APIReader: direct, Policy: cfg.Policy},
 		}}))
 		srv.Register(swapwebhook.ReservationPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.ReservationLabeler{
-			Claims: c, Pods: c, APIReader: mgr.GetAPIReader(), Client: c, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
+			Claims: c, Pods: c, APIReader: direct, Client: direct, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
 		}}))
 		srv.Register(swapwebhook.ConfigPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.ConfigValidator{
 			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes,
