@@ -130,7 +130,8 @@ func TestPressureTaints(t *testing.T) {
 		// Sixteen times its memory limit, touched again and again, with
 		// memory.swap.high at a tenth of its claim: the kernel throttles
 		// it whenever it swaps out beyond that, and it swaps all the time.
-		throttled := cluster.SwapTemplate(ns, "swap-700-high", "", 700*mi)
+		// 400Mi: beside the swap-full leg's pods, on the guest's 768 MiB.
+		throttled := cluster.SwapTemplate(ns, "swap-400-high", "", 400*mi)
 		throttled.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
 			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{
 				Raw: []byte(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":10}`)}},
@@ -138,7 +139,7 @@ func TestPressureTaints(t *testing.T) {
 		if _, err := c.client.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), throttled, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		thrash := c.createPod(t, c.WorkloadPod(ns, "thrash", map[string]string{"swap": "swap-700-high"},
+		thrash := c.createPod(t, c.WorkloadPod(ns, "thrash", map[string]string{"swap": "swap-400-high"},
 			ctr{Name: "thrash", Claims: []string{"swap"}, AllocMiB: 256, MemLimit: "16Mi", Thrash: 1800}))
 		c.waitPod(t, ns, thrash.Name, "running", podTimeout, running)
 		took := c.waitTaint(t, "dra.swap/memory-pressure", true, 2*time.Minute)
