@@ -72,6 +72,13 @@ unit_bin=$(mktemp -d)
 	make --no-print-directory unit-compile UNIT_BIN="$unit_bin" > _output/unit-build.log 2>&1 ||
 		echo "compiling the unit tests failed (make unit says why)" >> _output/unit-build.log
 	echo "unit tests compiled after $((SECONDS - start)) s" >> _output/unit-build.log
+	# What the release test (hack/images TestRelease, in the unit tests)
+	# builds: the arm64 cross-compile of the driver's packages (into the
+	# build cache; the test links them) and the SBOM tool.
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go build -trimpath -o /dev/null ./cmd/... >> _output/unit-build.log 2>&1 ||
+		echo "the arm64 cross-compile failed (make unit says why)" >> _output/unit-build.log
+	hack/build-tools.sh cyclonedx-gomod >> _output/unit-build.log 2>&1 ||
+		echo "building cyclonedx-gomod failed (make unit says why)" >> _output/unit-build.log
 	# The PromQL evaluator (a module of its own), compiled, not run.
 	(cd test/tools/promql && CGO_ENABLED=0 GOFLAGS=-trimpath go test -count=1 -run '^$' . >> ../../../_output/unit-build.log 2>&1) ||
 		echo "compiling the PromQL evaluator failed (make monitoring-check says why)" >> _output/unit-build.log
