@@ -352,9 +352,9 @@ func burstDriver(kind string) string {
 }
 
 // runBursts runs the bursts: each one's pods are created at once from a
-// client of their own (not throttled below the burst), followed by one
-// watch until all are Ready, then deleted, and the next burst starts once
-// they are gone (their claims unprepared).
+// client of their own (not throttled below the burst), listed until all
+// are Ready, then deleted, and the next burst starts once they are gone
+// (their claims unprepared).
 func runBursts(b *testing.B, ctx context.Context, c *cluster.Cluster, ns string, kinds []string, pod func(kind string, round, i int) *corev1.Pod) burstResults {
 	b.Helper()
 	config := rest.CopyConfig(c.Config)
@@ -412,14 +412,10 @@ func runBursts(b *testing.B, ctx context.Context, c *cluster.Cluster, ns string,
 }
 
 // burst creates burstPods pods labelled burst=label at once and returns the
-// time from the first create until all of them were Ready, as one watch
-// saw them.
+// time from the first create until a list shows all of them Ready (listed
+// every 50 ms: a watch that the API server ends mid-burst would lose the
+// burst).
 func burst(ctx context.Context, pods corev1client.PodInterface, label string, pod func(i int) *corev1.Pod) (time.Duration, error) {
-	w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: "burst=" + label})
-	if err != nil {
-		return 0, err
-	}
-	defer w.Stop()
 	errs := make([]error, burstPods)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -434,22 +430,29 @@ func burst(ctx context.Context, pods corev1client.PodInterface, label string, po
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
-	ready := map[string]bool{}
-	timeout := time.After(cluster.Scaled(3 * time.Minute))
-	for len(ready) < burstPods {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return 0, errors.New("the watch of the burst's pods ended")
-			}
-			if p, isPod := ev.Object.(*corev1.Pod); isPod && podReady(p) {
-				ready[p.Name] = true
-			}
-		case <-timeout:
-			return 0, fmt.Errorf("%d of %d pods Ready", len(ready), burstPods)
+	var took time.Duration
+	ready := 0
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, cluster.Scaled(3*time.Minute), true, func(ctx context.Context) (bool, error) {
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "burst=" + label})
+		if err != nil {
+			return false, nil
 		}
+		ready = 0
+		for i := range list.Items {
+			if podReady(&list.Items[i]) {
+				ready++
+			}
+		}
+		if ready < burstPods {
+			return false, nil
+		}
+		took = time.Since(start)
+		return true, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%d of %d pods Ready: %w", ready, burstPods, err)
 	}
-	return time.Since(start), nil
+	return took, nil
 }
 
 // report prints the bursts' figures and reports them as metrics.
