@@ -345,10 +345,19 @@ func TestTwoNodesUpgradeUnderLoad(t *testing.T) {
 	values := append([]string{"image.tag=" + n.upgradeVersion()}, pressureValues...)
 	n.driverScript(t, append([]string{"set"}, values...)...)
 	t.Logf("helm upgrade to %s (pressure taints on) rolled both nodes in %v", n.upgradeVersion(), time.Since(begin).Round(time.Second))
+	// helm's --wait returns once the new pods are ready; the old ones may
+	// still be terminating.
 	for _, node := range []string{n.host, n.guest} {
-		pods := n.pluginPodsOn(t, node)
-		if len(pods) != 1 || !strings.HasSuffix(pods[0].Spec.Containers[0].Image, ":"+n.upgradeVersion()) {
-			t.Errorf("node %s: plugin pods after the upgrade: %d, want one running %s", node, len(pods), n.upgradeVersion())
+		var images []string
+		err := wait.PollUntilContextTimeout(context.Background(), time.Second, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+			images = images[:0]
+			for _, p := range n.pluginPodsOn(t, node) {
+				images = append(images, p.Spec.Containers[0].Image)
+			}
+			return len(images) == 1 && strings.HasSuffix(images[0], ":"+n.upgradeVersion()), nil
+		})
+		if err != nil {
+			t.Errorf("node %s: plugin pods after the upgrade run %v, want one running %s", node, images, n.upgradeVersion())
 		}
 	}
 	time.Sleep(3 * time.Second)
@@ -621,8 +630,10 @@ func TestTwoNodesControllerFailover(t *testing.T) {
 	n.labelledAtStart(t, ns, "after-failover", other)
 }
 
-// controllerMetric reads one sample of a controller pod's metrics (through
-// the API server's pod proxy), and whether the pod has it.
+// controllerMetric reads a sample of a controller pod's metrics (through
+// the API server's pod proxy), summed over the series that have more labels
+// after the given ones (a priority queue's depth has one per priority), and
+// whether the pod has any.
 func (n *twoNodes) controllerMetric(t *testing.T, p *corev1.Pod, sample string) (float64, bool) {
 	t.Helper()
 	// The port by number: kube-apiserver v1.37.1 panics on a named port
@@ -640,16 +651,24 @@ func (n *twoNodes) controllerMetric(t *testing.T, p *corev1.Pod, sample string) 
 	if err != nil {
 		t.Fatalf("scrape controller pod %s: %v", p.Name, err)
 	}
+	var sum float64
+	found := false
+	more := strings.TrimSuffix(sample, "}") + ","
 	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
-			var v float64
-			if _, err := fmt.Sscan(rest, &v); err != nil {
-				t.Fatalf("controller pod %s: sample %q: %v", p.Name, line, err)
-			}
-			return v, true
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
 		}
+		if key := line[:i]; key != sample && !strings.HasPrefix(key, more) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err != nil {
+			t.Fatalf("controller pod %s: sample %q: %v", p.Name, line, err)
+		}
+		sum, found = sum+v, true
 	}
-	return 0, false
+	return sum, found
 }
 
 // TestTwoNodesNodeGone runs last: the guest is powered off for good and
@@ -715,23 +734,25 @@ func TestTwoNodesNodeGone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no ready controller replica on %s holds the lease: %v", n.host, err)
 	}
-	nodeLabels := func() (errs, depth float64) {
-		for _, sample := range []string{`controller_runtime_reconcile_errors_total{controller="node-labels"}`, `workqueue_depth{controller="node-labels",name="node-labels"}`} {
-			v, ok := n.controllerMetric(t, leader, sample)
-			if !ok {
-				t.Fatalf("the leader %s has no sample %s", leader.Name, sample)
-			}
-			if strings.HasPrefix(sample, "workqueue") {
-				depth = v
-			} else {
-				errs = v
-			}
-		}
-		return errs, depth
+	// The leader's controllers start after it took the lease: their
+	// series appear then.
+	const errorsSample, depthSample = `controller_runtime_reconcile_errors_total{controller="node-labels"}`, `workqueue_depth{controller="node-labels",name="node-labels"}`
+	nodeLabels := func() (errs, depth float64, ok bool) {
+		errs, okErrs := n.controllerMetric(t, leader, errorsSample)
+		depth, okDepth := n.controllerMetric(t, leader, depthSample)
+		return errs, depth, okErrs && okDepth
 	}
-	errsBefore, _ := nodeLabels()
+	var errsBefore float64
+	err = wait.PollUntilContextTimeout(ctx, time.Second, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		var ok bool
+		errsBefore, _, ok = nodeLabels()
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("the leader %s exports no %s and %s: %v", leader.Name, errorsSample, depthSample, err)
+	}
 	time.Sleep(20 * time.Second)
-	if errs, depth := nodeLabels(); errs != errsBefore || depth != 0 {
+	if errs, depth, _ := nodeLabels(); errs != errsBefore || depth != 0 {
 		t.Errorf("the leader's node-labels controller in the 20 s after %s was deleted: errors %v -> %v, queue depth %v; want no new errors and an empty queue", n.guest, errsBefore, errs, depth)
 	}
 	// The webhooks serve from this host's replica: a pod is labelled
