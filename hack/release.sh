@@ -78,7 +78,8 @@ need=()
 [[ -n "${HELM:-}" ]] || { HELM="${OUT_DIR}/helm"; need+=(helm); }
 [[ -n "${CYCLONEDX_GOMOD:-}" ]] || { CYCLONEDX_GOMOD="${OUT_DIR}/cyclonedx-gomod"; need+=(cyclonedx-gomod); }
 if [[ ${#need[@]} -gt 0 ]]; then
-	OUT_DIR="${OUT_DIR}" hack/build-tools.sh "${need[@]}"
+	# On stderr: stdout lists what was pushed.
+	OUT_DIR="${OUT_DIR}" hack/build-tools.sh "${need[@]}" >&2
 fi
 for tool in "${HELM}" "${CYCLONEDX_GOMOD}"; do
 	[[ -x "${tool}" ]] || die "${tool} is not an executable"
