@@ -15,66 +15,28 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
 // process is a child process (kube-scheduler, dra-swap-controller) whose
-// output goes to a log file.
+// output goes to a log file (framework.StartProcess), with its name.
 type process struct {
+	*framework.Process
 	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
 }
 
 func startProcess(name, bin, logPath string, args ...string) (*process, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := framework.StartProcess(name, bin, logPath, args...)
 	if err != nil {
-		return nil, fmt.Errorf("open the log of %s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	fmt.Fprintf(logFile, "=== %s %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group, and killed with the test binary.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
-	}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	return p, nil
+	return &process{Process: p, name: name}, nil
 }
 
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM to the process by its PID, then SIGKILL after 10s.
-func (p *process) stop() {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return
-	case <-time.After(10 * time.Second):
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
+// stop sends SIGTERM to the process, then SIGKILL after 10s.
+func (p *process) stop() { p.Stop(10 * time.Second) }
 
 // usage is a process's CPU time and memory, from /proc.
 type usage struct {
@@ -87,7 +49,7 @@ type usage struct {
 const userHZ = 100
 
 func (p *process) usage() (usage, error) {
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return usage{}, fmt.Errorf("read the stat of %s: %w", p.name, err)
@@ -173,8 +135,8 @@ func httpGet(ctx context.Context, url string, limit int64) ([]byte, error) {
 func waitHTTP(ctx context.Context, p *process, url string) error {
 	var last error
 	for {
-		if p.exited() {
-			return fmt.Errorf("%s exited: %v (log %s)", p.name, p.err, p.log)
+		if p.Exited() {
+			return fmt.Errorf("%s exited: %v (log %s)", p.name, p.Err(), p.Log())
 		}
 		if _, last = httpGet(ctx, url, 1<<16); last == nil {
 			return nil
@@ -187,33 +149,11 @@ func waitHTTP(ctx context.Context, p *process, url string) error {
 	}
 }
 
-// repoRoot is the directory of the driver module's go.mod above the
-// working directory (go test runs in test/scale).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("working directory: %w", err)
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(data, []byte("module "+modulePath+"\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of %s above the working directory", modulePath)
-		}
-		dir = parent
-	}
-}
-
-const modulePath = "github.com/dra-driver-swap/dra-driver-swap"
-
 // binary is $env, or else <repo>/_output/bin/name; it must be executable.
 func binary(env, name, howto string) (string, error) {
 	path := os.Getenv(env)
 	if path == "" {
-		root, err := repoRoot()
+		root, err := framework.RepoRoot()
 		if err != nil {
 			return "", fmt.Errorf("%s is not set and %w; %s", env, err, howto)
 		}
@@ -232,7 +172,7 @@ func controllerBinary(ctx context.Context, dir string) (string, error) {
 	if path := os.Getenv("DRA_SWAP_CONTROLLER"); path != "" {
 		return binary("DRA_SWAP_CONTROLLER", "dra-swap-controller", "")
 	}
-	root, err := repoRoot()
+	root, err := framework.RepoRoot()
 	if err != nil {
 		return "", err
 	}

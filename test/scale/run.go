@@ -419,11 +419,11 @@ func (c *Cluster) runMode(ctx context.Context, m Mode, n int) (ModeResult, error
 		if runErr != nil {
 			return false, runErr
 		}
-		if c.scheduler.exited() {
-			return false, fmt.Errorf("kube-scheduler exited: %v (log %s)", c.scheduler.err, c.scheduler.log)
+		if c.scheduler.Exited() {
+			return false, fmt.Errorf("kube-scheduler exited: %v (log %s)", c.scheduler.Err(), c.scheduler.Log())
 		}
-		if c.controller.exited() {
-			return false, fmt.Errorf("dra-swap-controller exited: %v (log %s)", c.controller.err, c.controller.log)
+		if c.controller.Exited() {
+			return false, fmt.Errorf("dra-swap-controller exited: %v (log %s)", c.controller.Err(), c.controller.Log())
 		}
 		return bound >= n && running >= n && labeled >= wantLabels, nil
 	})
@@ -657,7 +657,7 @@ func (c *Cluster) messages(ctx context.Context, res *Result) error {
 		}
 	}
 	for _, p := range []*process{c.controller} {
-		n, err := refused(p.log)
+		n, err := refused(p.Log())
 		if err != nil {
 			return err
 		}

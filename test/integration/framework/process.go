@@ -132,3 +132,36 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// Process is a child process of a test, its output appended to a log file
+// (StartProcess): what the framework runs etcd and kube-apiserver with, for
+// other harnesses (the scale harness's kube-scheduler and controller).
+type Process struct{ p *process }
+
+// StartProcess runs path with args, its output appended to logPath, in its
+// own process group and killed when the test binary dies.
+func StartProcess(name, path, logPath string, args ...string) (*Process, error) {
+	p, err := startProcess(name, path, logPath, args)
+	if err != nil {
+		return nil, err
+	}
+	return &Process{p: p}, nil
+}
+
+// Exited reports whether the process has exited; Err is then how.
+func (p *Process) Exited() bool { return p.p.exited() }
+
+// Err is the process's exit error (nil for status 0); valid once Exited.
+func (p *Process) Err() error { return p.p.err }
+
+// Stop sends SIGTERM, waits up to grace, then kills the process.
+func (p *Process) Stop(grace time.Duration) { p.p.stop(grace) }
+
+// Pid is the process's ID.
+func (p *Process) Pid() int { return p.p.cmd.Process.Pid }
+
+// Log is the path of the process's log file.
+func (p *Process) Log() string { return p.p.logPath }
+
+// RepoRoot is the driver module's root directory.
+func RepoRoot() (string, error) { return repoRoot() }
