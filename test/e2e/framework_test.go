@@ -261,18 +261,10 @@ func (c *env) offer(t *testing.T) int64 {
 	return q.Value()
 }
 
+// swapDevice is the swap device this suite's node publishes, or nil.
 func (c *env) swapDevice(t *testing.T) *resourceapi.Device {
 	t.Helper()
-	slices, err := c.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range slices.Items {
-		if s.Spec.Driver == "dra.swap" && s.Spec.Pool.Name == c.node && len(s.Spec.Devices) > 0 {
-			return &s.Spec.Devices[0]
-		}
-	}
-	return nil
+	return c.swapDeviceOn(t, c.node)
 }
 
 // waitOffer waits until the published offer satisfies cond.
