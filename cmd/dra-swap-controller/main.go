@@ -71,6 +71,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.Float32Var(&cfg.WebhookQPS, "webhook-kube-api-qps", 200,
 		"Queries per second of the webhooks' own API client (the pod label patch inside the scheduler's binding cycle, and its reads), apart from --kube-api-qps: every call answers an admission request.")
 	fs.IntVar(&cfg.WebhookBurst, "webhook-kube-api-burst", 400, "Burst of the webhooks' own API client.")
+	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 5*time.Second, "After SIGTERM, keep serving the webhooks this long, not ready, so the Service and the API servers drop this replica before it stops listening (0: stop at once).")
 	fs.IntVar(&cfg.Workers, "workers", 4, "Concurrent reconciles per reconciler.")
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "Elect a leader among replicas; only the leader reconciles and rotates the webhook certificate.")
 	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", namespace, "Namespace of the leader election Lease (default $POD_NAMESPACE or kube-system).")

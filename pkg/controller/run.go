@@ -5,8 +5,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -69,6 +72,31 @@ type Config struct {
 	// held swap pods' binding to that budget. Zero: restConfig's.
 	WebhookQPS   float32
 	WebhookBurst int
+
+	// ShutdownDelay is how long the webhooks keep serving, not ready,
+	// after ctx ends: the Service and the API servers' endpoint caches
+	// drop a terminating replica some time after its deletion, and a
+	// review sent to a replica that stopped listening is ignored
+	// (failurePolicy Ignore), leaving its pod unlabelled at start.
+	ShutdownDelay time.Duration
+}
+
+// webhookReadiness is a replica's webhook readiness beyond the server's
+// own: the informers the handlers read have synced (a review answered
+// from a cache still listing would miss what the API holds), and the
+// replica is not draining.
+type webhookReadiness struct {
+	synced, draining atomic.Bool
+}
+
+func (r *webhookReadiness) check(*http.Request) error {
+	switch {
+	case r.draining.Load():
+		return fmt.Errorf("shutting down")
+	case !r.synced.Load():
+		return fmt.Errorf("informer caches not synced yet")
+	}
+	return nil
 }
 
 // webhookRESTConfig is the webhooks' client configuration: restConfig's,
@@ -117,6 +145,7 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 		}
 	}
 	var certs *servingcert.Manager
+	var ready webhookReadiness
 	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
 	if selfCert {
 		if certs, err = servingcert.New(client, cfg.Cert); err != nil {
@@ -190,6 +219,25 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 		if err := mgr.AddReadyzCheck("webhook", webhookReady(certs, srv.StartedChecker())); err != nil {
 			return err
 		}
+		// Register the informers the handlers read, so the manager starts
+		// and syncs them before its other runnables instead of at the
+		// first review.
+		read := []ctrlclient.Object{&corev1.Pod{}, &corev1.Node{}, &resourceapi.ResourceSlice{}, &resourceapi.ResourceClaim{}, &resourceapi.DeviceClass{}}
+		if cfg.Policy.Selection == labels.SelectNamespaces {
+			read = append(read, &corev1.Namespace{})
+		}
+		for _, obj := range read {
+			if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+				return fmt.Errorf("informer for the webhooks' %T: %w", obj, err)
+			}
+		}
+		// Runnables that need no leader start once the caches synced.
+		if err := mgr.Add(runnable{leader: false, run: func(context.Context) { ready.synced.Store(true) }}); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("webhook-caches", ready.check); err != nil {
+			return err
+		}
 		if certs != nil {
 			interval := cfg.CertCheckInterval
 			if interval <= 0 {
@@ -207,7 +255,30 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 	}
 	logger.Info("Starting dra.swap controller", "selection", cfg.Policy.Selection, "allowlist", cfg.Policy.Allowlist,
 		"webhooks", !cfg.DisableWebhooks, "leaderElection", cfg.LeaderElection)
-	return mgr.Start(ctx)
+	delay := cfg.ShutdownDelay
+	if cfg.DisableWebhooks {
+		delay = 0
+	}
+	return mgr.Start(draining(ctx, delay, &ready.draining))
+}
+
+// draining returns a context that ends delay after ctx does, with
+// draining set from ctx's end: the manager, its webhooks and its Lease
+// run on until then, while the readiness check takes the replica out of
+// the Service.
+func draining(ctx context.Context, delay time.Duration, draining *atomic.Bool) context.Context {
+	if delay <= 0 {
+		return ctx
+	}
+	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		<-ctx.Done()
+		draining.Store(true)
+		klog.FromContext(ctx).Info("Shutting down: serving webhooks until the Service drops this replica", "delay", delay)
+		time.Sleep(delay)
+		cancel()
+	}()
+	return run
 }
 
 // webhookReady is ready once a serving certificate is loaded and the

@@ -123,6 +123,9 @@ func (c *env) diagnose(t *testing.T, ns string) {
 	} {
 		fmt.Fprintf(&b, "--- last lines of %s\n%s\n", filepath.Base(f), tail(f, 40))
 	}
+	// A webhook the API server could not call (failurePolicy Ignore)
+	// leaves no other trace.
+	fmt.Fprintf(&b, "--- last failed webhook calls in kube-apiserver.log\n%s\n", grepTail(filepath.Join(controlPlaneLogs, "kube-apiserver.log"), "calling webhook", 10))
 	t.Log("diagnostics:\n" + b.String())
 }
 
@@ -156,6 +159,21 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// grepTail returns the last n lines of path that contain s.
+func grepTail(path, s string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, s) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 // swapTemplate creates a ResourceClaimTemplate asking for bytes of swap

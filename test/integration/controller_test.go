@@ -7,7 +7,9 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,6 +58,8 @@ type controllerEnv struct {
 	s       *framework.APIServer
 	client  kubernetes.Interface
 	webhook string // https://localhost:PORT
+	// stop ends the controller's context, as SIGTERM does.
+	stop func()
 }
 
 func freePort(t testing.TB) int {
@@ -136,6 +140,7 @@ func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEn
 
 	done := make(chan error, 1)
 	go func() { done <- controller.Run(ctx, setup.restConfig(s), setup.config) }()
+	env.stop = cancel
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -736,4 +741,60 @@ func TestController(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestControllerDrains: a replica is ready only once the informers its
+// webhooks read have synced; when its context ends (SIGTERM) it reports
+// not ready at once and answers reviews for its shutdown delay, so the
+// Service drops it before it stops listening (failurePolicy Ignore
+// would otherwise pass pods unlabelled during a rollout or failover).
+func TestControllerDrains(t *testing.T) {
+	health := freePort(t)
+	env := startController(t, func(s *controllerSetup) {
+		s.config.HealthAddress = fmt.Sprintf("127.0.0.1:%d", health)
+		s.config.ShutdownDelay = 10 * time.Second
+	})
+	readyz := func() (int, string, error) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", health))
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+	ctx := context.Background()
+	poll := func(what string, done func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return done(), nil }); err != nil {
+			code, body, rerr := readyz()
+			t.Fatalf("%s: %v (last /readyz: %d %q %v)", what, err, code, body, rerr)
+		}
+	}
+	poll("ready with the webhooks' caches synced", func() bool {
+		code, body, err := readyz()
+		return err == nil && code == http.StatusOK && strings.Contains(body, "[+]webhook-caches ok")
+	})
+	// The config webhook has failurePolicy Fail: its answer, not an
+	// error calling it, names the field.
+	answers := func() error {
+		_, err := env.client.ResourceV1().ResourceClaims(tenant).Create(ctx, swapClaim("drain", "4Mi", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":500}`), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), "swapHighPercent") {
+			return fmt.Errorf("the config webhook did not answer: %v", err)
+		}
+		return nil
+	}
+	if err := answers(); err != nil {
+		t.Fatal(err)
+	}
+
+	env.stop()
+	poll("not ready once stopping", func() bool {
+		code, body, err := readyz()
+		return err == nil && code == http.StatusInternalServerError && strings.Contains(body, "[-]webhook-caches failed")
+	})
+	if err := answers(); err != nil {
+		t.Fatalf("while draining: %v", err)
+	}
+	poll("stopped after the delay", func() bool { _, _, err := readyz(); return err != nil })
 }
