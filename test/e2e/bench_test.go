@@ -260,7 +260,10 @@ func BenchmarkPodStartup(b *testing.B) {
 		b.Fatal(err)
 	}
 	bursts := runBursts(b, ctx, c, ns, kinds, func(kind string, round, i int) *corev1.Pod {
-		return pod(fmt.Sprintf("burst-r%d-", round), kind, i)
+		// The burst-* templates; the round in the name only.
+		p := pod("burst-", kind, i)
+		p.Name = fmt.Sprintf("burst-r%d-%s", round, strings.TrimPrefix(p.Name, "burst-"))
+		return p
 	})
 	var report strings.Builder
 	fmt.Fprintf(&report, "pod create -> Ready over %d rounds (rotating order), kubelet v1.37.1, containerd 2.2.1, node %s:\n", benchRounds, c.Node)
@@ -432,15 +435,18 @@ func burst(ctx context.Context, pods corev1client.PodInterface, label string, po
 	}
 	var took time.Duration
 	ready := 0
+	var lastUnready *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, cluster.Scaled(3*time.Minute), true, func(ctx context.Context) (bool, error) {
 		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "burst=" + label})
 		if err != nil {
 			return false, nil
 		}
-		ready = 0
+		ready, lastUnready = 0, nil
 		for i := range list.Items {
 			if podReady(&list.Items[i]) {
 				ready++
+			} else {
+				lastUnready = &list.Items[i]
 			}
 		}
 		if ready < burstPods {
@@ -450,7 +456,11 @@ func burst(ctx context.Context, pods corev1client.PodInterface, label string, po
 		return true, nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%d of %d pods Ready: %w", ready, burstPods, err)
+		why := ""
+		if p := lastUnready; p != nil {
+			why = fmt.Sprintf(" (pod %s: phase %s, conditions %v)", p.Name, p.Status.Phase, conditions(p.Status.Conditions))
+		}
+		return 0, fmt.Errorf("%d of %d pods Ready%s: %w", ready, burstPods, why, err)
 	}
 	return took, nil
 }
