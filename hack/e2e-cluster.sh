@@ -78,7 +78,8 @@ host_node=dra-swap-node guest_node=dra-swap-guest
 # guest reaches it and the registry) and the first node.
 host_env=(CLUSTER_ROLE=all NODE_NAME=$host_node NODE_IP=$host_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip
 	POD_CIDR=$host_pods NODE_PKI="$share/pki" PEER_NODE_NAME=$guest_node PEER_NODE_IP=$guest_ip PEER_POD_CIDR=$guest_pods
-	SWAP_BEHAVIOR=NoSwap SWAP_SIZE_MIB=1024 NODE_ZONE=zone-a NODE_REGION=region-1)
+	SWAP_BEHAVIOR=NoSwap SWAP_SIZE_MIB=1024 NODE_ZONE=zone-a NODE_REGION=region-1
+	RELEASE_DIR="$PWD/_output/release-e2e")
 cluster_down() {
 	env "${host_env[@]}" hack/cluster/down.sh >/dev/null 2>&1 || true
 	ip link del "$tap" 2>/dev/null || true
@@ -95,7 +96,7 @@ trap cluster_down EXIT
 cat > "$share/node.env" <<ENV
 export CLUSTER_ROLE=node NODE_NAME=$guest_node NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip NODE_PKI=/share/pki \\
 	POD_CIDR=$guest_pods PEER_NODE_IP=$host_ip PEER_POD_CIDR=$host_pods \\
-	SWAP_BEHAVIOR=LimitedSwap SWAP_SIZE_MIB=768 NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1
+	SWAP_BEHAVIOR=LimitedSwap SWAP_SIZE_MIB=768 NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1 CHART_FROM_REGISTRY=1
 ENV
 cat > "$share/run.sh" <<'RUN'
 #!/bin/bash

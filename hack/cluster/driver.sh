@@ -11,11 +11,15 @@ RELEASE=dra-driver-swap
 NAMESPACE=$DRIVER_NAMESPACE
 HELM="$BIN/helm"
 export KUBECONFIG="$CLUSTER_DIR/kubeconfig/admin.kubeconfig"
-# The registry of the running cluster (its env file), whoever runs this:
-# the two-node cluster serves it off loopback, where its nodes reach it.
+# The registry and the chart of the running cluster (its env file),
+# whoever runs this: the two-node cluster serves the registry off loopback,
+# where its nodes reach it, and installs the release's chart from it.
 if [ -f "$CLUSTER_DIR/env" ]; then
 	REGISTRY=$(sed -n 's/^REGISTRY=//p' "$CLUSTER_DIR/env")
+	CHART_REF=$(sed -n 's/^CHART=//p' "$CLUSTER_DIR/env")
 fi
+chart=("${CHART_REF:-$CHART}")
+[ -z "$CHART_REF" ] || chart+=(--version "$DRIVER_VERSION" --plain-http)
 
 values() {
 	cat <<VALUES
@@ -59,16 +63,16 @@ install | start)
 	require_root
 	values > "$CLUSTER_DIR/values.yaml"
 	namespace
-	log "helm install $RELEASE (image $REGISTRY/dra-driver-swap:$DRIVER_VERSION)"
+	log "helm install $RELEASE from ${chart[*]} (image $REGISTRY/dra-driver-swap:$DRIVER_VERSION)"
 	begin=$SECONDS
-	"$HELM" upgrade --install "$RELEASE" "$CHART" --namespace "$NAMESPACE" \
+	"$HELM" upgrade --install "$RELEASE" "${chart[@]}" --namespace "$NAMESPACE" \
 		--values "$CLUSTER_DIR/values.yaml" --wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
 	log "driver installed and ready in $((SECONDS - begin))s"
 	;;
 upgrade)
 	require_root
 	[ -n "${2:-}" ] || die "usage: driver.sh upgrade TAG"
-	"$HELM" upgrade "$RELEASE" "$CHART" --namespace "$NAMESPACE" --reuse-values --set-string "image.tag=$2" \
+	"$HELM" upgrade "$RELEASE" "${chart[@]}" --namespace "$NAMESPACE" --reuse-values --set-string "image.tag=$2" \
 		--wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
 	;;
 set)
@@ -77,7 +81,7 @@ set)
 	shift
 	sets=()
 	for kv in "$@"; do sets+=(--set "$kv"); done
-	"$HELM" upgrade "$RELEASE" "$CHART" --namespace "$NAMESPACE" --reuse-values "${sets[@]}" \
+	"$HELM" upgrade "$RELEASE" "${chart[@]}" --namespace "$NAMESPACE" --reuse-values "${sets[@]}" \
 		--wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
 	;;
 uninstall | stop)

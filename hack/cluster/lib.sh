@@ -74,6 +74,15 @@ DRIVER_NAMESPACE="${DRIVER_NAMESPACE:-dra-swap}"
 REGISTRY_PORT="${REGISTRY_PORT:-25000}"
 REGISTRY_HOST="${REGISTRY_HOST:-127.0.0.1}"
 REGISTRY="$REGISTRY_HOST:$REGISTRY_PORT"
+# The chart driver.sh installs: the checkout's, or the release's from the
+# cluster's registry, as users install it (oci://, --version
+# DRIVER_VERSION), with RELEASE_DIR (hack/release.sh's artifacts of
+# DRIVER_VERSION, which up.sh pushes there) or CHART_FROM_REGISTRY=1 (a
+# node joining such a cluster).
+CHART_REF=""
+if [ -n "${RELEASE_DIR:-}" ] || [ "${CHART_FROM_REGISTRY:-}" = 1 ]; then
+	CHART_REF="oci://$REGISTRY/charts/dra-driver-swap"
+fi
 PKI="$CLUSTER_DIR/pki"
 # With the control plane and the node apart, NODE_PKI is the directory
 # between them: the control plane writes the certificates a node needs there

@@ -131,6 +131,7 @@ POD_CIDR=$POD_CIDR
 SERVICE_CIDR=$SERVICE_CIDR
 DRIVER_VERSION=$DRIVER_VERSION
 DRIVER_UPGRADE_VERSION=$DRIVER_UPGRADE_VERSION
+CHART=$CHART_REF
 NRI_SOCKET=$NRI_SOCKET
 NRI_DISABLE=${NRI_DISABLE:-0}
 CGROUP_DRIVER=$CGROUP_DRIVER
@@ -189,6 +190,20 @@ if has_control_plane; then
 		"$BIN/dra-swap-images" push -from "$layout" -registry "$REGISTRY" >> "$LOGS/push.log" 2>&1 ||
 			{ cat "$LOGS/push.log" >&2; die "pushing $layout to $REGISTRY failed"; }
 	done
+	# The release: its image index (linux/amd64 and linux/arm64, with its
+	# SBOM) replaces the layout's single-arch image of the same tag, and
+	# its chart, which driver.sh installs from here.
+	if [ -n "${RELEASE_DIR:-}" ]; then
+		(cd "$RELEASE_DIR" && sha256sum --quiet -c SHA256SUMS) || die "the release in $RELEASE_DIR does not match its SHA256SUMS"
+		release_layout=$(mktemp -d)
+		tar -xf "$RELEASE_DIR/dra-driver-swap-$DRIVER_VERSION.oci.tar" -C "$release_layout"
+		"$BIN/dra-swap-images" push -from "$release_layout" -registry "$REGISTRY" >> "$LOGS/push.log" 2>&1 ||
+			{ cat "$LOGS/push.log" >&2; die "pushing the release's image index to $REGISTRY failed"; }
+		rm -rf "$release_layout"
+		"$BIN/helm" push "$RELEASE_DIR/dra-driver-swap-$DRIVER_VERSION.tgz" "oci://$REGISTRY/charts" --plain-http >> "$LOGS/push.log" 2>&1 ||
+			{ cat "$LOGS/push.log" >&2; die "pushing the release's chart to oci://$REGISTRY/charts failed"; }
+		log "release $DRIVER_VERSION from $RELEASE_DIR: the chart $CHART_REF and the image index"
+	fi
 	log "images in $REGISTRY: $(curl -sf "http://$REGISTRY/v2/_catalog" | tr -d '\n')"
 fi
 if ! has_node; then

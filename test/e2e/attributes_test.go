@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -37,6 +38,88 @@ import (
 // names every attribute that differs.
 func TestAttributesMatchHost(t *testing.T) {
 	c := loadCluster(t)
+	want := c.attributesMatchHost(t)
+	t.Logf("published attributes match the host: %v", want)
+}
+
+// TestAttributesMatchHostBlockDevices: the same comparison with a block
+// device as the node's best swap area (above the swap file's priority): a
+// zram device, then a loop device, which /proc/swaps lists as a partition
+// and whose disk's queue/rotational gives the medium.
+func TestAttributesMatchHostBlockDevices(t *testing.T) {
+	hostLegOnly(t, "how the plugin finds a block device's medium does not depend on the cgroup version")
+	c := loadCluster(t)
+	for _, tc := range []struct {
+		name   string
+		device func(t *testing.T) string
+		medium func(path string) string
+	}{
+		{"zram", zramDevice, func(string) string { return "zram" }},
+		{"partition", loopDevice, func(path string) string {
+			return hostMedium(hostSwapArea{path: path, kind: "partition"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := tc.device(t)
+			hostRun(t, "mkswap", path)
+			hostRun(t, "swapon", "--priority", "32000", path)
+			t.Cleanup(func() { hostRun(t, "swapoff", path) })
+			want := c.attributesMatchHost(t)
+			if m := tc.medium(path); want["medium"] != m || m == "unknown" {
+				t.Fatalf("the host's medium of %s is %q, want %q (known)", path, want["medium"], m)
+			}
+			t.Logf("with %s first: published attributes match the host: %v", path, want)
+		})
+	}
+}
+
+// zramDevice adds a 64 MiB zram device, removed again at cleanup.
+func zramDevice(t *testing.T) string {
+	t.Helper()
+	id, err := os.ReadFile("/sys/class/zram-control/hot_add")
+	if err != nil {
+		t.Fatalf("add a zram device: %v", err)
+	}
+	n := strings.TrimSpace(string(id))
+	t.Cleanup(func() {
+		if err := os.WriteFile("/sys/class/zram-control/hot_remove", []byte(n), 0); err != nil {
+			t.Errorf("remove zram%s: %v", n, err)
+		}
+	})
+	if err := os.WriteFile("/sys/block/zram"+n+"/disksize", []byte("64M"), 0); err != nil {
+		t.Fatalf("size zram%s: %v", n, err)
+	}
+	return "/dev/zram" + n
+}
+
+// loopDevice attaches a 64 MiB file to a loop device, detached again at
+// cleanup.
+func loopDevice(t *testing.T) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "swap.img")
+	if err := os.WriteFile(file, make([]byte, 64<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev := strings.TrimSpace(hostRun(t, "losetup", "--find", "--show", file))
+	t.Cleanup(func() { hostRun(t, "losetup", "--detach", dev) })
+	return dev
+}
+
+// hostRun runs a command on this host and returns its output.
+func hostRun(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// attributesMatchHost waits until the attributes of the swap device this
+// node publishes equal what the host says, and returns those; it fails
+// naming every attribute that differs if they never do.
+func (c *env) attributesMatchHost(t *testing.T) map[resourceapi.QualifiedName]string {
+	t.Helper()
 	var diffs []string
 	var want map[resourceapi.QualifiedName]string
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, cluster.Scaled(60*time.Second), true, func(ctx context.Context) (bool, error) {
@@ -58,7 +141,7 @@ func TestAttributesMatchHost(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the published attributes never matched the host's (%v):\n%s", err, strings.Join(diffs, "\n"))
 	}
-	t.Logf("published attributes match the host: %v", want)
+	return want
 }
 
 // attributeDiffs names each attribute whose published value differs from

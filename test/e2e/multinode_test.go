@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -155,6 +158,83 @@ func (n *twoNodes) cordon(t *testing.T, node string, on bool) {
 	if _, err := n.client.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("cordon %s=%v: %v", node, on, err)
 	}
+}
+
+// TestTwoNodesInstalledFromRelease: the cluster runs the release as users
+// get it: helm installed the chart from the registry (oci://, the version
+// hack/release.sh pushed), and both nodes pulled the driver's multi-arch
+// image index (linux/amd64 and linux/arm64) and run it by its digest.
+func TestTwoNodesInstalledFromRelease(t *testing.T) {
+	n := loadTwoNodes(t)
+	chart, registry, version := n.Env["CHART"], n.Env["REGISTRY"], n.driverVersion()
+	if want := "oci://" + registry + "/charts/dra-driver-swap"; chart != want {
+		t.Fatalf("the cluster installs the chart %q, want the released %s (hack/e2e-cluster.sh sets RELEASE_DIR)", chart, want)
+	}
+	var tags struct{ Tags []string }
+	getJSON(t, "http://"+registry+"/v2/charts/dra-driver-swap/tags/list", "", &tags)
+	if !slices.Contains(tags.Tags, version) {
+		t.Errorf("the registry's chart tags %v lack %s", tags.Tags, version)
+	}
+	var index struct {
+		MediaType string
+		Manifests []struct {
+			Digest   string
+			Platform struct{ OS, Architecture string }
+		}
+	}
+	digest := getJSON(t, "http://"+registry+"/v2/dra-driver-swap/manifests/"+version, "application/vnd.oci.image.index.v1+json", &index)
+	var platforms []string
+	for _, m := range index.Manifests {
+		platforms = append(platforms, m.Platform.OS+"/"+m.Platform.Architecture)
+	}
+	slices.Sort(platforms)
+	if index.MediaType != "application/vnd.oci.image.index.v1+json" || !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
+		t.Fatalf("dra-driver-swap:%s in the registry is %s for %v, want an OCI image index for linux/amd64 and linux/arm64", version, index.MediaType, platforms)
+	}
+	t.Logf("dra-driver-swap:%s is the index %s; chart %s --version %s", version, digest, chart, version)
+	ds, deploy := n.driverWorkloads(t)
+	pods := n.podsOf(t, metav1.FormatLabelSelector(ds.Spec.Selector))
+	pods = append(pods, n.podsOf(t, metav1.FormatLabelSelector(deploy.Spec.Selector))...)
+	onNode := map[string]bool{}
+	for _, p := range pods {
+		for _, s := range p.Status.ContainerStatuses {
+			if !strings.HasSuffix(s.ImageID, "@"+digest) {
+				t.Errorf("pod %s on %s: container %s runs %s (%s), want the release's index %s", p.Name, p.Spec.NodeName, s.Name, s.Image, s.ImageID, digest)
+			}
+		}
+		onNode[p.Spec.NodeName] = true
+	}
+	for _, node := range []string{n.host, n.guest} {
+		if !onNode[node] {
+			t.Errorf("no driver pod on %s", node)
+		}
+	}
+}
+
+// getJSON decodes url's body (asking for accept, when given) into v and
+// returns the registry's content digest of it.
+func getJSON(t *testing.T, url, accept string, v any) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v: %.200s", url, resp.Status, err, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.Header.Get("Docker-Content-Digest")
 }
 
 // TestTwoNodesPlacementByCapacity: a claim that fits only the larger node
