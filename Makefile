@@ -13,10 +13,10 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 REGISTRY ?=
 IMAGES_DIR ?= $(CURDIR)/_output/images
 # Every binary reports VERSION and REVISION (--version, dra_swap_build_info).
-VERSION_LDFLAGS := -X github.com/dra-driver-swap/dra-driver-swap/pkg/version.version=$(VERSION) \
-	-X github.com/dra-driver-swap/dra-driver-swap/pkg/version.revision=$(REVISION)
+VERSION_LDFLAGS := -X github.com/dra-driver-swap/dra-driver-swap/internal/version.version=$(VERSION) \
+	-X github.com/dra-driver-swap/dra-driver-swap/internal/version.revision=$(REVISION)
 
-GO_PACKAGES := ./api/... ./pkg/... ./cmd/... ./hack/images/... ./internal/... ./test/monitoring/...
+GO_PACKAGES := ./api/... ./cmd/... ./hack/images/... ./internal/... ./test/monitoring/...
 # Every Go build of this module but the race unit tests uses one build
 # configuration, static and path-free like the images' binaries, so that a
 # cold `make test` compiles the dependencies twice (this and -race), not four
@@ -160,7 +160,7 @@ demo-down:
 
 ## fuzz: run each fuzz target for FUZZTIME.
 fuzz:
-	@set -e; for target in $$(grep -rl --include='*_test.go' '^func Fuzz' api pkg cmd | xargs -n1 dirname | sort -u); do \
+	@set -e; for target in $$(grep -rl --include='*_test.go' '^func Fuzz' api internal cmd | xargs -n1 dirname | sort -u); do \
 		for f in $$(grep -h '^func Fuzz' $$target/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
 			echo "fuzz $$target $$f"; $(GO) test ./$$target -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME); \
 		done; \
@@ -171,7 +171,7 @@ fuzz:
 ## once, 110 claims in one call; each prints its target), and the
 ## controller labeling 5000 pods on 100 nodes; then, as root, bench-e2e.
 bench: deps k8s-binaries
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./pkg/prepare/ ./pkg/hook/
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./internal/kubeletplugin/prepare/ ./internal/hook/
 	set -o pipefail; KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -run='^$$' -bench=BenchmarkPrepareAPIServer -benchtime=200x -timeout 20m ./test/integration/ | grep -E '^(Benchmark|ok|FAIL|PASS)|target:'
 	set -o pipefail; KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -run='^$$' -bench=BenchmarkPrepare110Claims -benchtime=20x -timeout 20m ./test/integration/ | grep -E '^(Benchmark|ok|FAIL|PASS)|target:'
 	set -o pipefail; KUBE_APISERVER=$(OUT_DIR)/kube-apiserver $(GO) test -run='^$$' -bench=BenchmarkReconcileLabels -benchtime=1x -timeout 20m ./test/integration/ | grep -E '^(Benchmark|ok|FAIL|PASS)'

@@ -15,15 +15,15 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/commandline"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/commandline"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
 
 const name = "dra-swap-controller"
@@ -58,9 +58,9 @@ func run(args []string, stdout io.Writer) error {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	cleanup := fs.Bool("cleanup-node-labels", false,
-		"Remove the labels the controller sets on Nodes ("+strings.Join(labels.NodeKeys(), ", ")+") from every Node, and only those, then exit: the chart's post-delete hook runs this when the driver is uninstalled.")
+		"Remove the labels the controller sets on Nodes ("+strings.Join(podlabels.NodeKeys(), ", ")+") from every Node, and only those, then exit: the chart's post-delete hook runs this when the driver is uninstalled.")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
-	fs.StringVar(&selection, "pod-selection", string(labels.SelectSwapClaims),
+	fs.StringVar(&selection, "pod-selection", string(podlabels.SelectSwapClaims),
 		"Which pods get topology and swap labels: swap-claims (pods with an allocated dra.swap claim), all (every pod on a node running the driver), or namespaces (pods in namespaces matching --namespace-selector, and pods with swap claims).")
 	fs.StringVar(&nsSelector, "namespace-selector", "", "Label selector of namespaces for --pod-selection=namespaces, e.g. swap-labels=enabled.")
 	fs.StringSliceVar(&allowlist, "node-label-allowlist", nil, "Extra Node label keys copied onto selected pods (comma-separated). Empty by default; only this flag widens it.")
@@ -100,9 +100,9 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	klog.Background().Info("Starting "+name, "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
-	cfg.Policy = labels.Policy{Allowlist: trimmed(allowlist), Selection: labels.Selection(selection)}
+	cfg.Policy = podlabels.Policy{Allowlist: trimmed(allowlist), Selection: podlabels.Selection(selection)}
 	if nsSelector != "" {
-		sel, err := k8slabels.Parse(nsSelector)
+		sel, err := labels.Parse(nsSelector)
 		if err != nil {
 			return fmt.Errorf("--namespace-selector %q: %w", nsSelector, err)
 		}
@@ -132,7 +132,7 @@ func run(args []string, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("remove the driver's node labels: %w", err)
 		}
-		logger.Info("Removed the driver's node labels", "keys", labels.NodeKeys(), "nodes", n)
+		logger.Info("Removed the driver's node labels", "keys", podlabels.NodeKeys(), "nodes", n)
 		return nil
 	}
 	cfg.OwnerNamespace = namespace

@@ -7,7 +7,7 @@ import (
 
 	logsapi "k8s.io/component-base/logs/api/v1"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
 
 func TestRun(t *testing.T) {

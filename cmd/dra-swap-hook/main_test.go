@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
 
 func TestRun(t *testing.T) {
@@ -48,7 +48,7 @@ func TestRun(t *testing.T) {
 
 // TestRunVersion: --version alone prints the version line on stdout and
 // exits 0 without reading stdin; with the arguments of a spec it is an
-// unknown flag, as the argument contract wants (pkg/hook.ParseArgs).
+// unknown flag, as the argument contract wants (internal/hook.ParseArgs).
 func TestRunVersion(t *testing.T) {
 	want := version.Get().Line("dra-swap-hook") + "\n"
 	tests := []struct {

@@ -22,12 +22,12 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/commandline"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/pressure"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/commandline"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
 
 const name = "dra-swap-kubeletplugin"
@@ -40,7 +40,7 @@ func main() {
 }
 
 type options struct {
-	cfg            plugin.Config
+	cfg            driver.Config
 	kubeconfig     string
 	reserved       string
 	defaultRequest string
@@ -53,7 +53,7 @@ type options struct {
 
 // run runs the plugin, or prints its version on stdout with --version.
 func run(args []string, stdout io.Writer) error {
-	o := options{cfg: plugin.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig()}}
+	o := options{cfg: driver.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig()}}
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.StringVar(&o.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
@@ -107,7 +107,7 @@ func run(args []string, stdout io.Writer) error {
 	if o.cfg.Policy.DefaultRequestBytes, err = parseBytes("--default-request", o.defaultRequest); err != nil {
 		return err
 	}
-	if o.cfg.Policy.DefaultRequestBytes < slice.Step {
+	if o.cfg.Policy.DefaultRequestBytes < swapdevice.Step {
 		return fmt.Errorf("--default-request %s must be at least 1Mi", o.defaultRequest)
 	}
 
@@ -131,7 +131,7 @@ func run(args []string, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
-	return plugin.Run(ctx, o.cfg, client)
+	return driver.Run(ctx, o.cfg, client)
 }
 
 func parseBytes(flag, s string) (int64, error) {

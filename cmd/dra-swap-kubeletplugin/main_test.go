@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/version"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
 
 func TestRunRejectsBadFlags(t *testing.T) {
@@ -92,7 +92,7 @@ func TestProcessAndClientMetrics(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/metrics", nil)
-	plugin.NewMetrics().Handler().ServeHTTP(rec, req)
+	driver.NewMetrics().Handler().ServeHTTP(rec, req)
 	page := rec.Body.String()
 	for _, want := range []string{
 		"go_goroutines ",

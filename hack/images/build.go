@@ -440,15 +440,15 @@ func replaceDir(tmp, dst string) error {
 }
 
 // linkerFlags are the -ldflags of the images' binaries: no symbol tables,
-// and the version and revision the commands report (pkg/version), when
+// and the version and revision the commands report (internal/version), when
 // given; the e2e tests' images get none.
 func linkerFlags(version, revision string) string {
 	flags := "-s -w"
 	if version != "" {
-		flags += " -X " + modulePath + "/pkg/version.version=" + version
+		flags += " -X " + modulePath + "/internal/version.version=" + version
 	}
 	if revision != "" {
-		flags += " -X " + modulePath + "/pkg/version.revision=" + revision
+		flags += " -X " + modulePath + "/internal/version.revision=" + revision
 	}
 	return flags
 }

@@ -31,7 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
 )
@@ -352,7 +352,7 @@ func TestUninstallAndReinstall(t *testing.T) {
 		}
 		found := map[string]string{}
 		for _, n := range nodes.Items {
-			for _, k := range labels.NodeKeys() {
+			for _, k := range podlabels.NodeKeys() {
 				if v, ok := n.Labels[k]; ok {
 					found[n.Name+" "+k] = v
 				}
@@ -361,7 +361,7 @@ func TestUninstallAndReinstall(t *testing.T) {
 		return found
 	}
 	if found := driverLabels(); len(found) == 0 {
-		t.Errorf("before uninstall: no Node has any of the controller's labels %v", labels.NodeKeys())
+		t.Errorf("before uninstall: no Node has any of the controller's labels %v", podlabels.NodeKeys())
 	} else {
 		t.Logf("before uninstall, the controller's Node labels: %v", found)
 	}

@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 
@@ -65,7 +65,7 @@ func (c *env) swapDeviceOn(t *testing.T, node string) *resourceapi.Device {
 		t.Fatal(err)
 	}
 	for _, s := range slices.Items {
-		if s.Spec.Driver == labels.DriverName && s.Spec.Pool.Name == node && len(s.Spec.Devices) > 0 {
+		if s.Spec.Driver == podlabels.DriverName && s.Spec.Pool.Name == node && len(s.Spec.Devices) > 0 {
 			return &s.Spec.Devices[0]
 		}
 	}
@@ -300,9 +300,9 @@ func TestTwoNodesPlacementByCEL(t *testing.T) {
 		if a["cgroupVersion"].IntValue == nil || a["swapBehavior"].StringValue == nil || a["medium"].StringValue == nil || a["kernelVersion"].VersionValue == nil {
 			t.Fatalf("node %s publishes incomplete attributes: %v", node, a)
 		}
-		attr := fmt.Sprintf("device.attributes[%q]", labels.DriverName)
+		attr := fmt.Sprintf("device.attributes[%q]", podlabels.DriverName)
 		expr := fmt.Sprintf(`device.driver == %q && %s.cgroupVersion == %d && %s.swapBehavior == %q && %s.medium == %q && %s.kernelVersion.compareTo(semver(%q)) == 0`,
-			labels.DriverName, attr, *a["cgroupVersion"].IntValue, attr, *a["swapBehavior"].StringValue, attr, *a["medium"].StringValue, attr, *a["kernelVersion"].VersionValue)
+			podlabels.DriverName, attr, *a["cgroupVersion"].IntValue, attr, *a["swapBehavior"].StringValue, attr, *a["medium"].StringValue, attr, *a["kernelVersion"].VersionValue)
 		class := n.deviceClass(t, fmt.Sprintf("e2e-only-node-%d-%s", i, ns), expr)
 		tmpl := fmt.Sprintf("only-%d", i)
 		n.swapTemplate(t, ns, tmpl, class, 32*mi)
@@ -323,7 +323,7 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 	ns := n.namespace(t)
 	n.swapTemplate(t, ns, "swap-32", "", 32*mi)
 	hostLabels, guestLabels := n.nodeLabels(t, n.host), n.nodeLabels(t, n.guest)
-	for _, k := range []string{labels.Zone, labels.Region, labels.SwapBehavior} {
+	for _, k := range []string{podlabels.Zone, podlabels.Region, podlabels.SwapBehavior} {
 		if hostLabels[k] == "" || hostLabels[k] == guestLabels[k] {
 			t.Errorf("node label %s: %s has %q, %s %q; want two different values", k, n.host, hostLabels[k], n.guest, guestLabels[k])
 		}
@@ -344,7 +344,7 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 				return false, err
 			}
 			got = cur.Labels
-			for _, k := range labels.TopologyKeys {
+			for _, k := range podlabels.TopologyKeys {
 				if got[k] != want[k] {
 					return false, nil
 				}
@@ -361,9 +361,9 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 
 	// The guest moves to another zone: its slice, then its pods follow;
 	// the host's pod keeps zone-a.
-	oldZone := guestLabels[labels.Zone]
+	oldZone := guestLabels[podlabels.Zone]
 	setZone := func(zone string) {
-		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, labels.Zone, zone)
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, podlabels.Zone, zone)
 		if _, err := n.client.CoreV1().Nodes().Patch(context.Background(), n.guest, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -375,8 +375,8 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := hostPod.Labels[labels.Zone]; got != hostLabels[labels.Zone] {
-		t.Errorf("the host's pod was relabelled to zone %q when the guest's zone changed; want %q", got, hostLabels[labels.Zone])
+	if got := hostPod.Labels[podlabels.Zone]; got != hostLabels[podlabels.Zone] {
+		t.Errorf("the host's pod was relabelled to zone %q when the guest's zone changed; want %q", got, hostLabels[podlabels.Zone])
 	}
 }
 
@@ -658,14 +658,14 @@ func (n *twoNodes) controllerLeader(t *testing.T) (lease string, pod *corev1.Pod
 func (n *twoNodes) labelledAtStart(t *testing.T, ns, name, node string) {
 	t.Helper()
 	p := n.pinned(node, ns, name, map[string]string{"swap": "swap-32"}, ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"})
-	for env, label := range map[string]string{"DOWNWARD_HOSTNAME": labels.Hostname, "DOWNWARD_SWAP_BEHAVIOR": labels.SwapBehavior, "DOWNWARD_ZONE": labels.Zone} {
+	for env, label := range map[string]string{"DOWNWARD_HOSTNAME": podlabels.Hostname, "DOWNWARD_SWAP_BEHAVIOR": podlabels.SwapBehavior, "DOWNWARD_ZONE": podlabels.Zone} {
 		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + label + "']"}}})
 	}
 	p = n.waitPod(t, ns, n.createPod(t, p).Name, "completion", podTimeout, finished)
 	want := n.nodeLabels(t, node)
 	r := n.reportVia(t, p, "worker", "START")
-	for env, label := range map[string]string{"DOWNWARD_HOSTNAME": labels.Hostname, "DOWNWARD_SWAP_BEHAVIOR": labels.SwapBehavior, "DOWNWARD_ZONE": labels.Zone} {
+	for env, label := range map[string]string{"DOWNWARD_HOSTNAME": podlabels.Hostname, "DOWNWARD_SWAP_BEHAVIOR": podlabels.SwapBehavior, "DOWNWARD_ZONE": podlabels.Zone} {
 		if r.Downward[env] != want[label] {
 			t.Errorf("pod %s on %s: %s=%q at container start, want the node's %s %q", name, node, env, r.Downward[env], label, want[label])
 		}

@@ -17,9 +17,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -46,7 +46,7 @@ func BenchmarkReconcileLabels(b *testing.B) {
 
 	for i := range benchNodes {
 		name := fmt.Sprintf("node-%03d", i)
-		env.node(ctx, name, map[string]string{labels.Zone: fmt.Sprintf("zone-%d", i%3)}, discovery.SwapBehaviorLimitedSwap, 4*gi)
+		env.node(ctx, name, map[string]string{podlabels.Zone: fmt.Sprintf("zone-%d", i%3)}, discovery.SwapBehaviorLimitedSwap, 4*gi)
 	}
 
 	for n := range b.N {
@@ -64,7 +64,7 @@ func BenchmarkReconcileLabels(b *testing.B) {
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
 
-		w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: labels.Hostname})
+		w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: podlabels.Hostname})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func BenchmarkReconcileLabels(b *testing.B) {
 		done := make(chan error, 1)
 		go func() {
 			done <- controller.Run(cctx, cfg, controller.Config{
-				Policy: labels.Policy{Selection: labels.SelectAll}, Workers: 8,
+				Policy: podlabels.Policy{Selection: podlabels.SelectAll}, Workers: 8,
 				DisableWebhooks: true, MetricsAddress: "0", HealthAddress: "0",
 			})
 		}()

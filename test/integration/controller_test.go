@@ -36,12 +36,12 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/servingcert"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/webhook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/servingcert"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -104,7 +104,7 @@ func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEn
 		webhooks:   webhook.DefaultOptions(),
 		restConfig: func(s *framework.APIServer) *rest.Config { return rest.CopyConfig(s.Config) },
 		config: controller.Config{
-			Policy:                  labels.Policy{Selection: labels.SelectSwapClaims, Allowlist: []string{rackLabel}},
+			Policy:                  podlabels.Policy{Selection: podlabels.SelectSwapClaims, Allowlist: []string{rackLabel}},
 			Workers:                 4,
 			LeaderElection:          true,
 			LeaderElectionNamespace: "kube-system",
@@ -177,25 +177,25 @@ func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEn
 // node creates a Node and, as its kubelet plugin would, its ResourceSlice.
 func (e *controllerEnv) node(ctx context.Context, name string, nodeLabels map[string]string, behavior string, swapBytes int64) {
 	e.t.Helper()
-	nodeLabels = mergeLabels(map[string]string{labels.Hostname: name}, nodeLabels)
+	nodeLabels = mergeLabels(map[string]string{podlabels.Hostname: name}, nodeLabels)
 	if _, err := e.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: nodeLabels}}, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.publish(ctx, name, nodeLabels, behavior, swapBytes)
 }
 
-// publish creates or updates the node's ResourceSlice with slice.Device.
+// publish creates or updates the node's ResourceSlice with swapdevice.Device.
 func (e *controllerEnv) publish(ctx context.Context, name string, nodeLabels map[string]string, behavior string, swapBytes int64) {
 	e.t.Helper()
 	f := discovery.Facts{TotalBytes: swapBytes, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true, SwapBehavior: behavior}
 	if swapBytes > 0 {
 		f.Devices = []discovery.SwapDevice{{Path: "/swapfile", Type: "file", SizeBytes: swapBytes}}
 	}
-	dev, _ := slice.Device(f, nodeLabels, slice.Policy{OvercommitRatio: 1})
+	dev, _ := swapdevice.Device(f, nodeLabels, swapdevice.Policy{OvercommitRatio: 1})
 	rs := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-dra.swap"},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver: labels.DriverName, NodeName: ptr.To(name),
+			Driver: podlabels.DriverName, NodeName: ptr.To(name),
 			Pool:    resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
 			Devices: []resourceapi.Device{*dev},
 		},
@@ -262,7 +262,7 @@ func (e *controllerEnv) swapPod(ctx context.Context, client kubernetes.Interface
 		e.t.Fatal(err)
 	}
 	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-		Request: "swap", Driver: "dra.swap", Pool: node, Device: slice.DeviceName,
+		Request: "swap", Driver: "dra.swap", Pool: node, Device: swapdevice.DeviceName,
 		ShareID:          ptr.To(apitypes.UID("a1b2c3d4-0000-4000-8000-000000000001")),
 		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse("256Mi")},
 	}}}}
@@ -351,7 +351,7 @@ func show(m map[string]*string) string {
 }
 
 func topology(zone, host, behavior string) map[string]*string {
-	return map[string]*string{labels.Zone: ptr.To(zone), labels.Hostname: ptr.To(host), labels.SwapBehavior: ptr.To(behavior)}
+	return map[string]*string{podlabels.Zone: ptr.To(zone), podlabels.Hostname: ptr.To(host), podlabels.SwapBehavior: ptr.To(behavior)}
 }
 
 func (e *controllerEnv) waitForNodeLabels(ctx context.Context, name string, want map[string]*string) {
@@ -393,30 +393,30 @@ func (w *warnings) take() []string {
 func TestController(t *testing.T) {
 	env := startController(t)
 	_, ctx := ktesting.NewTestContext(t)
-	env.node(ctx, "node-a", map[string]string{labels.Zone: "zone-a", labels.Region: "region-1", rackLabel: "r1", secretNode: "gold"}, discovery.SwapBehaviorLimitedSwap, 4*gi)
-	env.node(ctx, "node-b", map[string]string{labels.Zone: "zone-b"}, discovery.SwapBehaviorNoSwap, 0)
+	env.node(ctx, "node-a", map[string]string{podlabels.Zone: "zone-a", podlabels.Region: "region-1", rackLabel: "r1", secretNode: "gold"}, discovery.SwapBehaviorLimitedSwap, 4*gi)
+	env.node(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b"}, discovery.SwapBehaviorNoSwap, 0)
 
 	t.Run("node swap labels", func(t *testing.T) {
 		env.t = t
-		env.waitForNodeLabels(ctx, "node-a", map[string]*string{labels.SwapBehavior: ptr.To("LimitedSwap"), labels.Capacity: ptr.To("4Gi")})
+		env.waitForNodeLabels(ctx, "node-a", map[string]*string{podlabels.SwapBehavior: ptr.To("LimitedSwap"), podlabels.Capacity: ptr.To("4Gi")})
 		// A node without usable swap still says how its kubelet behaves.
-		env.waitForNodeLabels(ctx, "node-b", map[string]*string{labels.SwapBehavior: ptr.To("NoSwap"), labels.Capacity: nil})
-		nodes, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labels.SwapBehavior + "=LimitedSwap"})
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap"), podlabels.Capacity: nil})
+		nodes, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: podlabels.SwapBehavior + "=LimitedSwap"})
 		if err != nil || len(nodes.Items) != 1 || nodes.Items[0].Name != "node-a" {
 			t.Fatalf("nodes with LimitedSwap: %v, %v", nodes, err)
 		}
 		// The kubelet's configuration changes: the label follows.
-		env.publish(ctx, "node-b", map[string]string{labels.Zone: "zone-b", labels.Hostname: "node-b"}, discovery.SwapBehaviorLimitedSwap, 2*gi)
-		env.waitForNodeLabels(ctx, "node-b", map[string]*string{labels.SwapBehavior: ptr.To("LimitedSwap"), labels.Capacity: ptr.To("2Gi")})
-		env.publish(ctx, "node-b", map[string]string{labels.Zone: "zone-b", labels.Hostname: "node-b"}, discovery.SwapBehaviorNoSwap, 0)
-		env.waitForNodeLabels(ctx, "node-b", map[string]*string{labels.SwapBehavior: ptr.To("NoSwap"), labels.Capacity: nil})
+		env.publish(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b", podlabels.Hostname: "node-b"}, discovery.SwapBehaviorLimitedSwap, 2*gi)
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{podlabels.SwapBehavior: ptr.To("LimitedSwap"), podlabels.Capacity: ptr.To("2Gi")})
+		env.publish(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b", podlabels.Hostname: "node-b"}, discovery.SwapBehaviorNoSwap, 0)
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap"), podlabels.Capacity: nil})
 		// The plugin leaves the node: without the admin's flag, labels stay.
 		if err := env.client.ResourceV1().ResourceSlices().Delete(ctx, "node-b-dra.swap", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second)
-		env.waitForNodeLabels(ctx, "node-b", map[string]*string{labels.SwapBehavior: ptr.To("NoSwap")})
-		env.publish(ctx, "node-b", map[string]string{labels.Zone: "zone-b", labels.Hostname: "node-b"}, discovery.SwapBehaviorNoSwap, 0)
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap")})
+		env.publish(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b", podlabels.Hostname: "node-b"}, discovery.SwapBehaviorNoSwap, 0)
 	})
 
 	t.Run("a pod is labeled when its swap claim is reserved, before it is bound", func(t *testing.T) {
@@ -424,15 +424,15 @@ func TestController(t *testing.T) {
 		pod := env.swapPod(ctx, env.client, "bound-by-webhook", "node-a", map[string]string{"app": "x"}, nil)
 		bound := env.bind(ctx, pod, "node-a")
 		want := topology("zone-a", "node-a", "LimitedSwap")
-		want[labels.Region] = ptr.To("region-1")
+		want[podlabels.Region] = ptr.To("region-1")
 		want[rackLabel] = ptr.To("r1")
 		want[secretNode] = nil
 		want["app"] = ptr.To("x")
 		if !hasLabels(bound.Labels, want) {
 			t.Fatalf("labels in the binding write: %v, want %s", bound.Labels, show(want))
 		}
-		if got := bound.Annotations[labels.ManagedAnnotation]; got != "example.com/rack,kubernetes.io/hostname,node.kubernetes.io/swap-behavior,topology.kubernetes.io/region,topology.kubernetes.io/zone" {
-			t.Errorf("%s = %q", labels.ManagedAnnotation, got)
+		if got := bound.Annotations[podlabels.ManagedAnnotation]; got != "example.com/rack,kubernetes.io/hostname,node.kubernetes.io/swap-behavior,topology.kubernetes.io/region,topology.kubernetes.io/zone" {
+			t.Errorf("%s = %q", podlabels.ManagedAnnotation, got)
 		}
 		// A pod without a swap claim is left alone.
 		plain, err := env.client.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{
@@ -443,7 +443,7 @@ func TestController(t *testing.T) {
 			t.Fatal(err)
 		}
 		// (The built-in PodTopologyLabels admission may add zone and region.)
-		if p := env.bind(ctx, plain, "node-a"); !hasLabels(p.Labels, map[string]*string{labels.Hostname: nil, labels.SwapBehavior: nil, rackLabel: nil}) || p.Annotations[labels.ManagedAnnotation] != "" {
+		if p := env.bind(ctx, plain, "node-a"); !hasLabels(p.Labels, map[string]*string{podlabels.Hostname: nil, podlabels.SwapBehavior: nil, rackLabel: nil}) || p.Annotations[podlabels.ManagedAnnotation] != "" {
 			t.Errorf("pod without a swap claim got labels %v, annotations %v", p.Labels, p.Annotations)
 		}
 	})
@@ -480,7 +480,7 @@ func TestController(t *testing.T) {
 
 		pod := env.swapPod(ctx, env.client, "bound-without-webhook", "node-a", nil, nil)
 		bound := env.bind(ctx, pod, "node-a")
-		if _, ok := bound.Labels[labels.Hostname]; ok {
+		if _, ok := bound.Labels[podlabels.Hostname]; ok {
 			t.Fatalf("the webhook was not down: the binding carried %v", bound.Labels)
 		}
 		took := env.waitForPodLabels(ctx, bound, topology("zone-a", "node-a", "LimitedSwap"), 2*time.Second)
@@ -498,8 +498,8 @@ func TestController(t *testing.T) {
 			t.Fatal(err)
 		}
 		node.Labels[rackLabel] = "r2"
-		node.Labels[labels.Zone] = "zone-c"
-		delete(node.Labels, labels.Region)
+		node.Labels[podlabels.Zone] = "zone-c"
+		delete(node.Labels, podlabels.Region)
 		if _, err := env.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -507,12 +507,12 @@ func TestController(t *testing.T) {
 		env.publish(ctx, "node-a", node.Labels, discovery.SwapBehaviorLimitedSwap, 4*gi)
 		want := topology("zone-c", "node-a", "LimitedSwap")
 		want[rackLabel] = ptr.To("r2")
-		want[labels.Region] = nil // the driver set it, the node lost it
+		want[podlabels.Region] = nil // the driver set it, the node lost it
 		env.waitForPodLabels(ctx, pod, want, 5*time.Second)
 		// The kubelet switches to NoSwap.
 		env.publish(ctx, "node-a", node.Labels, discovery.SwapBehaviorNoSwap, 4*gi)
-		env.waitForPodLabels(ctx, pod, map[string]*string{labels.SwapBehavior: ptr.To("NoSwap")}, 5*time.Second)
-		env.waitForNodeLabels(ctx, "node-a", map[string]*string{labels.SwapBehavior: ptr.To("NoSwap")})
+		env.waitForPodLabels(ctx, pod, map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap")}, 5*time.Second)
+		env.waitForNodeLabels(ctx, "node-a", map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap")})
 	})
 
 	t.Run("invalid SwapConfig is rejected with the field and the reason", func(t *testing.T) {
@@ -637,7 +637,7 @@ func TestController(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- controller.Run(cctx, rest.CopyConfig(env.s.Config), controller.Config{
-				Policy: labels.Policy{Selection: labels.SelectSwapClaims}, LeaderElection: true,
+				Policy: podlabels.Policy{Selection: podlabels.SelectSwapClaims}, LeaderElection: true,
 				LeaderElectionNamespace: "kube-system", LeaderElectionID: "dra-swap-controller",
 				WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: dir, MetricsAddress: "0", HealthAddress: "0",
 			})
@@ -707,8 +707,8 @@ func TestController(t *testing.T) {
 		// annotation, hoping the controller deletes them; and a claim
 		// config asking for more labels.
 		pod := env.swapPod(ctx, alice, "alice-pod", "node-a",
-			map[string]string{labels.Zone: "fake-zone", "app": "web", "security.example.com/quarantine": "true"},
-			map[string]string{labels.ManagedAnnotation: secretNode + "," + rackLabel + ",app,security.example.com/quarantine", "dra.swap/node-label-allowlist": secretNode})
+			map[string]string{podlabels.Zone: "fake-zone", "app": "web", "security.example.com/quarantine": "true"},
+			map[string]string{podlabels.ManagedAnnotation: secretNode + "," + rackLabel + ",app,security.example.com/quarantine", "dra.swap/node-label-allowlist": secretNode})
 		if _, err := alice.ResourceV1().ResourceClaims(tenant).Create(ctx, swapClaim("alice-config", "256Mi",
 			`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","nodeLabelAllowlist":["`+secretNode+`"]}`), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "unknown field") {
 			t.Errorf("a claim config naming labels: %v, want rejected as an unknown field", err)
@@ -717,7 +717,7 @@ func TestController(t *testing.T) {
 		if _, ok := bound.Labels[secretNode]; ok {
 			t.Fatalf("the binding copied the non-allowlisted %s: %v", secretNode, bound.Labels)
 		}
-		env.waitForPodLabels(ctx, pod, map[string]*string{labels.Zone: ptr.To("zone-c"), secretNode: nil, rackLabel: ptr.To("r2")}, 5*time.Second)
+		env.waitForPodLabels(ctx, pod, map[string]*string{podlabels.Zone: ptr.To("zone-c"), secretNode: nil, rackLabel: ptr.To("r2")}, 5*time.Second)
 		time.Sleep(time.Second) // several reconciles later, still not there
 		p, err := env.client.CoreV1().Pods(tenant).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
@@ -727,7 +727,7 @@ func TestController(t *testing.T) {
 			t.Fatalf("pod got the non-allowlisted %s", secretNode)
 		}
 		if p.Labels["app"] != "web" || p.Labels["security.example.com/quarantine"] != "true" {
-			t.Fatalf("the controller removed labels it does not own, listed in the pod's %s: %v", labels.ManagedAnnotation, p.Labels)
+			t.Fatalf("the controller removed labels it does not own, listed in the pod's %s: %v", podlabels.ManagedAnnotation, p.Labels)
 		}
 		// What configures the controller is out of alice's reach.
 		forbidden := map[string]error{}

@@ -20,11 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/eventmsg"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -55,9 +55,9 @@ func TestSwapUnavailableEventStored(t *testing.T) {
 		name := fmt.Sprintf("worker-%02d", i)
 		f := discovery.Facts{TotalBytes: 4 << 30, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true, SwapBehavior: "LimitedSwap",
 			Devices: []discovery.SwapDevice{{Path: "/swapfile", Type: "file", SizeBytes: 4 << 30}}}
-		dev, _ := slice.Device(f, map[string]string{labels.Hostname: name}, slice.Policy{OvercommitRatio: 1})
+		dev, _ := swapdevice.Device(f, map[string]string{podlabels.Hostname: name}, swapdevice.Policy{OvercommitRatio: 1})
 		rs := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-dra.swap"},
-			Spec: resourceapi.ResourceSliceSpec{Driver: labels.DriverName, NodeName: ptr.To(name),
+			Spec: resourceapi.ResourceSliceSpec{Driver: podlabels.DriverName, NodeName: ptr.To(name),
 				Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: []resourceapi.Device{*dev}}}
 		if _, err := s.Client.ResourceV1().ResourceSlices().Create(ctx, rs, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -10,9 +10,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
 // TestPluginWithoutKubeletConfig: a plugin pointed at a kubelet
@@ -23,7 +23,7 @@ import (
 func TestPluginWithoutKubeletConfig(t *testing.T) {
 	const configPath = "/etc/kubernetes/kubelet.yaml"
 	metricsPort := freePort(t)
-	ctx, client, h, _ := runPlugin(t, func(c *plugin.Config) {
+	ctx, client, h, _ := runPlugin(t, func(c *driver.Config) {
 		c.Discovery.KubeletConfigPath = configPath
 		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	})
@@ -32,17 +32,17 @@ func TestPluginWithoutKubeletConfig(t *testing.T) {
 			if d == nil {
 				return false
 			}
-			a := d.Attributes[slice.AttrSwapBehavior]
+			a := d.Attributes[swapdevice.AttrSwapBehavior]
 			return a.StringValue != nil && *a.StringValue == want
 		}
 	}
 	waitForSlice(t, ctx, client, "swapBehavior is Unknown", behavior(discovery.SwapBehaviorUnknown))
-	waitForNodeEvent(t, ctx, client, plugin.ReasonKubeletConfigUnreadable, configPath)
+	waitForNodeEvent(t, ctx, client, driver.ReasonKubeletConfigUnreadable, configPath)
 	waitForMetric(t, ctx, metricsPort, "dra_swap_kubelet_config_readable 0\n")
 
 	h.write(configPath, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemorySwap:\n  swapBehavior: LimitedSwap\n")
 	waitForSlice(t, ctx, client, "swapBehavior is LimitedSwap", behavior(discovery.SwapBehaviorLimitedSwap))
-	waitForNodeEvent(t, ctx, client, plugin.ReasonKubeletConfigRead, "swapBehavior LimitedSwap")
+	waitForNodeEvent(t, ctx, client, driver.ReasonKubeletConfigRead, "swapBehavior LimitedSwap")
 	waitForMetric(t, ctx, metricsPort, "dra_swap_kubelet_config_readable 1\n")
 }
 
@@ -59,7 +59,7 @@ func TestPluginSwapFileMedium(t *testing.T) {
 		if d == nil {
 			return false
 		}
-		a := d.Attributes[slice.AttrMedium]
+		a := d.Attributes[swapdevice.AttrMedium]
 		return a.StringValue != nil && *a.StringValue == string(discovery.MediumHDD)
 	})
 }

@@ -27,9 +27,9 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -82,7 +82,7 @@ func newHost(t testing.TB) hostTree {
 // runPlugin starts an API server with the node object, a fake host tree
 // and the kubelet plugin; the plugin stops, and must exit cleanly, when the
 // test ends.
-func runPlugin(t testing.TB, configure ...func(*plugin.Config)) (context.Context, kubernetes.Interface, hostTree, plugin.Config) {
+func runPlugin(t testing.TB, configure ...func(*driver.Config)) (context.Context, kubernetes.Interface, hostTree, driver.Config) {
 	api := framework.StartAPIServer(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -98,13 +98,13 @@ func runPlugin(t testing.TB, configure ...func(*plugin.Config)) (context.Context
 	return ctx, api.Client, h, cfg
 }
 
-func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface, h hostTree, configure ...func(*plugin.Config)) (plugin.Config, <-chan error) {
+func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface, h hostTree, configure ...func(*driver.Config)) (driver.Config, <-chan error) {
 	dir := t.TempDir()
-	cfg := plugin.Config{
+	cfg := driver.Config{
 		DriverName:     "dra.swap",
 		NodeName:       nodeName,
 		Discovery:      discovery.Options{Root: h.root, KubeletConfigPath: "/var/lib/kubelet/config.yaml"},
-		Policy:         slice.Policy{OvercommitRatio: 1, ReservedBytes: 0, DefaultRequestBytes: gi},
+		Policy:         swapdevice.Policy{OvercommitRatio: 1, ReservedBytes: 0, DefaultRequestBytes: gi},
 		RescanInterval: 100 * time.Millisecond,
 		VerifyInterval: 100 * time.Millisecond,
 		CDIDir:         filepath.Join(dir, "cdi"),
@@ -121,7 +121,7 @@ func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface,
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- plugin.Run(ctx, cfg, client) }()
+	go func() { done <- driver.Run(ctx, cfg, client) }()
 	return cfg, done
 }
 
@@ -279,7 +279,7 @@ func TestPluginPublishesSwap(t *testing.T) {
 // the way the kubelet does, for a claim allocated in the API server.
 func TestPluginPreparesOverGRPC(t *testing.T) {
 	metricsPort := freePort(t)
-	ctx, client, h, cfg := runPlugin(t, func(c *plugin.Config) { c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort) })
+	ctx, client, h, cfg := runPlugin(t, func(c *driver.Config) { c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort) })
 	waitForSlice(t, ctx, client, "the device is published", capacityIs(2*gi))
 
 	ns := "default"
@@ -372,7 +372,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	}
 	d0 := status[0]
 	if d0.Driver != "dra.swap" || d0.Pool != nodeName || d0.Device != "swap" || ptr.Deref(d0.ShareID, "") != shareID ||
-		len(d0.Conditions) != 1 || d0.Conditions[0].Type != plugin.ConditionSwapApplied || d0.Conditions[0].Status != metav1.ConditionUnknown ||
+		len(d0.Conditions) != 1 || d0.Conditions[0].Type != driver.ConditionSwapApplied || d0.Conditions[0].Status != metav1.ConditionUnknown ||
 		d0.Data == nil || !strings.Contains(string(d0.Data.Raw), `"swapBytes":314572800`) || !strings.Contains(string(d0.Data.Raw), `"containers":{"app":314572800}`) {
 		t.Errorf("device status %+v, data %s", d0, d0.Data)
 	}
@@ -384,11 +384,11 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	// allocated against the earlier offer is refused with both numbers.
 	h.write("proc/swaps", swaps("/dev/vdb                                partition\t262144\t\t0\t\t-2\n"))
 	overcommitted := func(d *resourceapi.Device) bool {
-		return d != nil && len(d.Taints) == 1 && d.Taints[0].Key == plugin.TaintOvercommitted && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule
+		return d != nil && len(d.Taints) == 1 && d.Taints[0].Key == driver.TaintOvercommitted && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule
 	}
 	dev := waitForSlice(t, ctx, client, "the device is tainted overcommitted", overcommitted)
 	t.Logf("after the swap shrank: taint %s=%s", dev.Taints[0].Key, dev.Taints[0].Value)
-	waitForNodeEvent(t, ctx, client, plugin.ReasonOvercommitted, "hold 300Mi but the node offers 256Mi")
+	waitForNodeEvent(t, ctx, client, driver.ReasonOvercommitted, "hold 300Mi but the node offers 256Mi")
 	metrics := scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 	for _, want := range []string{"dra_swap_node_swap_allocated_bytes 3.145728e+08", "dra_swap_node_swap_offered_bytes 2.68435456e+08"} {
 		if !strings.Contains(metrics, want) {
@@ -409,7 +409,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	}
 	h.write("proc/swaps", swaps("/dev/vdb                                partition\t2097152\t\t0\t\t-2\n"))
 	waitForSlice(t, ctx, client, "the taint is gone with the swap back", func(d *resourceapi.Device) bool { return d != nil && len(d.Taints) == 0 })
-	waitForNodeEvent(t, ctx, client, plugin.ReasonOvercommitCleared, "taint dra.swap/overcommitted removed")
+	waitForNodeEvent(t, ctx, client, driver.ReasonOvercommitCleared, "taint dra.swap/overcommitted removed")
 
 	for range 2 {
 		resp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{pbClaim}})

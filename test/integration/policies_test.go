@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/plugin"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/servingcert"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/servingcert"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -35,7 +35,7 @@ const chartWebhooks = "dra-driver-swap"
 // configurations, that the controller's token may change nothing of its
 // webhook configurations but caBundle, has no grant on a configuration the
 // chart does not render, and that the controller's own CA injection
-// (pkg/servingcert, with that token) still works.
+// (internal/controller/servingcert, with that token) still works.
 func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 	s := framework.StartAPIServer(t)
 	ctx := context.Background()
@@ -312,7 +312,7 @@ func injectWithToken(t *testing.T, client kubernetes.Interface) {
 // stand) and on, that the plugin may change only its driver's
 // status.devices entries of its own node's pool on claims allocated on its
 // node, and that its own server-side apply of those entries (as
-// pkg/plugin's claim status writer does) works.
+// internal/kubeletplugin/driver's claim status writer does) works.
 func TestPluginClaimStatusPolicy(t *testing.T) {
 	for _, gate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("DRAResourceClaimGranularStatusAuthorization=%t", gate), func(t *testing.T) {
@@ -376,20 +376,20 @@ func testPluginClaimStatus(t *testing.T, s *framework.APIServer, byPolicy bool) 
 	otherNode := claim("other-node", "node-b", true)
 	idle := claim("idle", "node-a", false)
 
-	// apply writes the plugin's dra.swap entry of pool as pkg/plugin's
-	// claim status writer does: server-side apply of the status with its
-	// field manager, forced.
+	// apply writes the plugin's dra.swap entry of pool as
+	// internal/kubeletplugin/driver's claim status writer does: server-side
+	// apply of the status with its field manager, forced.
 	apply := func(client kubernetes.Interface, c *resourceapi.ResourceClaim, pool, condition string) error {
-		data, err := json.Marshal(plugin.DeviceStatusData{APIVersion: "dra.swap/v1alpha1", Kind: "SwapDeviceStatus", SwapBytes: 1 << 20})
+		data, err := json.Marshal(driver.DeviceStatusData{APIVersion: "dra.swap/v1alpha1", Kind: "SwapDeviceStatus", SwapBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ac := resourceapply.ResourceClaim(c.Name, c.Namespace).WithUID(c.UID).WithStatus(resourceapply.ResourceClaimStatus().WithDevices(
 			resourceapply.AllocatedDeviceStatus().WithDriver("dra.swap").WithPool(pool).WithDevice("swap").
 				WithData(runtime.RawExtension{Raw: data}).
-				WithConditions(metav1apply.Condition().WithType(plugin.ConditionSwapApplied).WithStatus(metav1.ConditionStatus(condition)).
-					WithReason(plugin.ReasonPrepared).WithMessage("test").WithLastTransitionTime(metav1.Now()))))
-		_, err = client.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: plugin.StatusFieldManager, Force: true})
+				WithConditions(metav1apply.Condition().WithType(driver.ConditionSwapApplied).WithStatus(metav1.ConditionStatus(condition)).
+					WithReason(driver.ReasonPrepared).WithMessage("test").WithLastTransitionTime(metav1.Now()))))
+		_, err = client.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: driver.StatusFieldManager, Force: true})
 		return err
 	}
 	jsonPatch := func(c *resourceapi.ResourceClaim, patch string) error {

@@ -17,9 +17,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/servingcert"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/servingcert"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -39,8 +39,8 @@ func TestUninstall(t *testing.T) {
 	ctx := context.Background()
 	installChartPolicies(t, s)
 	nodeLabels := map[string]map[string]string{
-		"node-a": {labels.SwapBehavior: "LimitedSwap", labels.Capacity: "4Gi", labels.Zone: "z1", "team": "a"},
-		"node-b": {labels.Capacity: "1Gi", "dra.swap/other": "kept"},
+		"node-a": {podlabels.SwapBehavior: "LimitedSwap", podlabels.Capacity: "4Gi", podlabels.Zone: "z1", "team": "a"},
+		"node-b": {podlabels.Capacity: "1Gi", "dra.swap/other": "kept"},
 		"node-c": {"team": "c"},
 	}
 	for name, l := range nodeLabels {
@@ -103,7 +103,7 @@ func TestUninstall(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := maps.Clone(before)
-			for _, k := range labels.NodeKeys() {
+			for _, k := range podlabels.NodeKeys() {
 				delete(want, k)
 			}
 			if !maps.Equal(node.Labels, want) {
@@ -140,7 +140,7 @@ func TestUninstall(t *testing.T) {
 		go func() {
 			defer close(stopped)
 			runErr = controller.Run(cctx, tokenConfig(t, s, chartNamespace, controllerSA), controller.Config{
-				Policy: labels.Policy{Selection: labels.SelectSwapClaims}, Workers: 1,
+				Policy: podlabels.Policy{Selection: podlabels.SelectSwapClaims}, Workers: 1,
 				LeaderElection: true, LeaderElectionNamespace: chartNamespace, LeaderElectionID: controllerSA,
 				OwnerDeployment: controllerSA, OwnerNamespace: chartNamespace,
 				WebhookHost: "127.0.0.1", WebhookPort: freePort(t),

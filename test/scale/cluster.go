@@ -20,10 +20,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/webhook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 	"github.com/dra-driver-swap/dra-driver-swap/test/noopdriver"
 )
@@ -72,9 +72,9 @@ func nodeName(i int) string { return fmt.Sprintf("node-%05d", i) }
 // nodeLabels are simulated node i's labels: 10 zones in 2 regions.
 func nodeLabels(i int) map[string]string {
 	return map[string]string{
-		labels.Hostname:      nodeName(i),
-		labels.Zone:          fmt.Sprintf("zone-%d", i%10),
-		labels.Region:        fmt.Sprintf("region-%d", i%2),
+		podlabels.Hostname:   nodeName(i),
+		podlabels.Zone:       fmt.Sprintf("zone-%d", i%10),
+		podlabels.Region:     fmt.Sprintf("region-%d", i%2),
 		corev1.LabelOSStable: "linux",
 	}
 }
@@ -94,21 +94,22 @@ func swapFacts(total int64) discovery.Facts {
 }
 
 // swapSlice is node i's dra.swap ResourceSlice: the device and pool the
-// kubelet plugin publishes (slice.Device, slice.Resources), offering total.
+// kubelet plugin publishes (swapdevice.Device, swapdevice.Resources),
+// offering total.
 func swapSlice(i int, total int64) (*resourceapi.ResourceSlice, error) {
 	name := nodeName(i)
-	device, reason := slice.Device(swapFacts(total), nodeLabels(i), slice.Policy{OvercommitRatio: 1})
+	device, reason := swapdevice.Device(swapFacts(total), nodeLabels(i), swapdevice.Policy{OvercommitRatio: 1})
 	if reason != "" {
 		return nil, fmt.Errorf("node %s offers no swap: %s", name, reason)
 	}
-	pool := slice.Resources(name, device).Pools[name]
+	pool := swapdevice.Resources(name, device).Pools[name]
 	if len(pool.Slices) != 1 {
 		return nil, fmt.Errorf("node %s: %d slices in its pool, want 1", name, len(pool.Slices))
 	}
 	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + labels.DriverName},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + podlabels.DriverName},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   labels.DriverName,
+			Driver:   podlabels.DriverName,
 			NodeName: ptr.To(name),
 			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
 			Devices:  pool.Slices[0].Devices,
@@ -205,7 +206,7 @@ func StartCluster(ctx context.Context, t testing.TB, nodes int) (*Cluster, error
 	if err := c.createNodes(ctx); err != nil {
 		return nil, err
 	}
-	for _, class := range []string{labels.DriverName, noopdriver.DriverName} {
+	for _, class := range []string{podlabels.DriverName, noopdriver.DriverName} {
 		if _, err := c.client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
 			ObjectMeta: metav1.ObjectMeta{Name: class},
 			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
@@ -347,9 +348,9 @@ func (c *Cluster) runController(ctx context.Context, qps int) error {
 	probe := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "probe"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "swap", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: labels.DriverName}}},
+			Requests: []resourceapi.DeviceRequest{{Name: "swap", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: podlabels.DriverName}}},
 			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: labels.DriverName, Parameters: runtimeRaw(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":500}`),
+				Driver: podlabels.DriverName, Parameters: runtimeRaw(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":500}`),
 			}}}},
 		}},
 	}

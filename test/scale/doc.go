@@ -4,11 +4,12 @@
 // process, whose webhooks the API server calls through the driver's
 // ValidatingWebhookConfiguration (URL-based, on loopback). No kubelet runs:
 // each simulated node is a Ready Node object with a dra.swap ResourceSlice
-// built by pkg/slice (as the kubelet plugin builds it) and a no-op driver's
-// slice of the same shape (test/noopdriver). The harness creates pods and,
-// as the controller-manager's resourceclaim controller would, their claims
-// from a ResourceClaimTemplate; the scheduler binds them; the harness marks
-// bound pods Running as their kubelet would and deletes them afterwards.
+// built by internal/kubeletplugin/swapdevice (as the kubelet plugin builds
+// it) and a no-op driver's slice of the same shape (test/noopdriver). The
+// harness creates pods and, as the controller-manager's resourceclaim
+// controller would, their claims from a ResourceClaimTemplate; the scheduler
+// binds them; the harness marks bound pods Running as their kubelet would and
+// deletes them afterwards.
 //
 // TestScale is the small version (100 nodes, 500 pods per mode) that checks
 // the invariants; BenchmarkScale (make bench-scale) measures at

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/labels"
-	"github.com/dra-driver-swap/dra-driver-swap/pkg/slice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
 // fitting is a consistent swap-mode snapshot: two nodes, a pod on each
@@ -33,8 +33,8 @@ func fitting(t *testing.T) snapshot {
 		uid := types.UID("uid-" + name)
 		p := corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid, Labels: map[string]string{
-				labels.Hostname: nodeName(node), labels.Zone: nodeLabels(node)[labels.Zone], labels.Region: nodeLabels(node)[labels.Region],
-				labels.SwapBehavior: "LimitedSwap",
+				podlabels.Hostname: nodeName(node), podlabels.Zone: nodeLabels(node)[podlabels.Zone], podlabels.Region: nodeLabels(node)[podlabels.Region],
+				podlabels.SwapBehavior: "LimitedSwap",
 			}},
 			Spec:   corev1.PodSpec{NodeName: nodeName(node)},
 			Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "dev", ResourceClaimName: ptr.To(name + "-dev")}}},
@@ -43,12 +43,12 @@ func fitting(t *testing.T) snapshot {
 		c := resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-dev"},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "dev", Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: labels.DriverName, Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{slice.CapacitySwap: q}},
+				DeviceClassName: podlabels.DriverName, Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{swapdevice.CapacitySwap: q}},
 			}}}}},
 			Status: resourceapi.ResourceClaimStatus{
 				Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-					Request: "dev", Driver: labels.DriverName, Pool: nodeName(node), Device: slice.DeviceName,
-					ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{slice.CapacitySwap: q},
+					Request: "dev", Driver: podlabels.DriverName, Pool: nodeName(node), Device: swapdevice.DeviceName,
+					ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{swapdevice.CapacitySwap: q},
 				}}}},
 				ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: uid}},
 			},
@@ -80,7 +80,7 @@ func TestCheck(t *testing.T) {
 			s.claims[1].Status.Allocation.Devices.Results[0].Driver = "noop.dra.example.com"
 		}, want: "allocated from driver noop.dra.example.com"},
 		{name: "consumes less than requested", mutate: func(s *snapshot) {
-			s.claims[1].Status.Allocation.Devices.Results[0].ConsumedCapacity[slice.CapacitySwap] = resource.MustParse("1Mi")
+			s.claims[1].Status.Allocation.Devices.Results[0].ConsumedCapacity[swapdevice.CapacitySwap] = resource.MustParse("1Mi")
 		}, want: "consumes 1Mi of swap, requests 64Mi"},
 		{name: "node over its offer", mutate: func(s *snapshot) {
 			rs, err := swapSlice(0, offerBytes/2)
@@ -94,8 +94,8 @@ func TestCheck(t *testing.T) {
 			s.pods[1].Labels = s.pods[0].Labels
 			s.claims[1].Status.Allocation.Devices.Results[0].Pool = nodeName(0)
 		}, want: "over its offer of 8Gi"},
-		{name: "pod not labeled", mutate: func(s *snapshot) { delete(s.pods[1].Labels, labels.SwapBehavior) }, want: `pod b on node node-00001: label node.kubernetes.io/swap-behavior="", want "LimitedSwap"`},
-		{name: "another node's zone", mutate: func(s *snapshot) { s.pods[1].Labels[labels.Zone] = "zone-0" }, want: `label topology.kubernetes.io/zone="zone-0", want "zone-1"`},
+		{name: "pod not labeled", mutate: func(s *snapshot) { delete(s.pods[1].Labels, podlabels.SwapBehavior) }, want: `pod b on node node-00001: label node.kubernetes.io/swap-behavior="", want "LimitedSwap"`},
+		{name: "another node's zone", mutate: func(s *snapshot) { s.pods[1].Labels[podlabels.Zone] = "zone-0" }, want: `label topology.kubernetes.io/zone="zone-0", want "zone-1"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := fitting(t)

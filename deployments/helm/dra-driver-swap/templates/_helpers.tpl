@@ -98,7 +98,7 @@ app.kubernetes.io/component: controller
 {{- end -}}
 
 {{/* The webhooks' match conditions: only objects whose opaque config names
-the driver reach the validator (kept identical to pkg/webhook). */}}
+the driver reach the validator (kept identical to internal/controller/webhook). */}}
 {{- define "dra-swap.mentionsDriver" -}}
 (request.resource.resource == "deviceclasses" && has(object.spec.config) && object.spec.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
 (request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.config) && object.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
@@ -114,7 +114,7 @@ the driver reach the validator (kept identical to pkg/webhook). */}}
 {{- end -}}
 
 {{/* Claims and templates that request one of the chart's classes (kept
-identical to pkg/webhook). */}}
+identical to internal/controller/webhook). */}}
 {{- define "dra-swap.requestsSwapClass" -}}
 {{- $l := include "dra-swap.swapClasses" . -}}
 (request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.requests) && object.spec.devices.requests.exists(r, (has(r.exactly) && r.exactly.deviceClassName in {{ $l }}) || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in {{ $l }})))) ||
@@ -122,7 +122,7 @@ identical to pkg/webhook). */}}
 {{- end -}}
 
 {{/* A claim status update that reserves a dra.swap claim for a pod it was
-not reserved for (kept identical to pkg/webhook). */}}
+not reserved for (kept identical to internal/controller/webhook). */}}
 {{- define "dra-swap.newlyReservesSwap" -}}
 has(object.status.allocation) && has(object.status.allocation.devices) && has(object.status.allocation.devices.results) &&
 object.status.allocation.devices.results.exists(r, r.driver == "dra.swap") && has(object.status.reservedFor) &&
@@ -130,7 +130,7 @@ object.status.reservedFor.exists(c, c.resource == "pods" && !(has(oldObject.stat
 {{- end -}}
 
 
-{{/* The label keys the controller may set on pods (pkg/labels:
+{{/* The label keys the controller may set on pods (internal/podlabels:
 TopologyKeys and the allowlist), as a CEL list. */}}
 {{- define "dra-swap.podLabelKeys" -}}
 {{- $keys := list "topology.kubernetes.io/zone" "topology.kubernetes.io/region" "kubernetes.io/hostname" "node.kubernetes.io/swap-behavior" -}}

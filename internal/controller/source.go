@@ -1,0 +1,150 @@
+// Package controller keeps pod and node labels in step with what the
+// kubelet plugins publish: a pod reconciler that copies topology and swap
+// labels onto selected pods (covering pods the binding webhook missed and
+// node changes), and a node reconciler for the KEP-5425 swap-behavior
+// label. It reads through a controller-runtime cache and decides nothing
+// itself: internal/podlabels does.
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+)
+
+// Field indexes registered by Setup.
+const (
+	// IndexNodeName indexes pods and the driver's ResourceSlices by node.
+	IndexNodeName = "spec.nodeName"
+)
+
+// Nodes reads what the controller knows of a node from the cache.
+type Nodes struct {
+	Reader client.Reader
+}
+
+// Node returns the node's labels and the dra.swap device its plugin
+// published. A node that does not exist has no labels and no device.
+func (n Nodes) Node(ctx context.Context, name string) (podlabels.Node, error) {
+	var out podlabels.Node
+	node := &corev1.Node{}
+	switch err := n.Reader.Get(ctx, types.NamespacedName{Name: name}, node); {
+	case apierrors.IsNotFound(err):
+		return out, nil
+	case err != nil:
+		return out, fmt.Errorf("get node %s: %w", name, err)
+	}
+	out.Labels = node.Labels
+	slices := &resourceapi.ResourceSliceList{}
+	if err := n.Reader.List(ctx, slices, client.MatchingFields{IndexNodeName: name}); err != nil {
+		return out, fmt.Errorf("list ResourceSlices of node %s: %w", name, err)
+	}
+	for i := range slices.Items {
+		s := &slices.Items[i]
+		if !trusted(s) {
+			continue
+		}
+		for j := range s.Spec.Devices {
+			if s.Spec.Devices[j].Name == swapdevice.DeviceName {
+				out.Device = &s.Spec.Devices[j]
+			}
+		}
+	}
+	return out, nil
+}
+
+// trusted tells a ResourceSlice the way the kubelet plugin writes it: of
+// the driver, for one node, in the pool named after that node. The chart's
+// ValidatingAdmissionPolicy lets only the plugin on a node write the
+// driver's slices for that node, so a slice like this says what that
+// node's plugin published.
+func trusted(s *resourceapi.ResourceSlice) bool {
+	return s.Spec.Driver == podlabels.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != "" && s.Spec.Pool.Name == *s.Spec.NodeName
+}
+
+// LargestOffer is the largest swap capacity any node's device offers.
+func (n Nodes) LargestOffer(ctx context.Context) (int64, error) {
+	slices := &resourceapi.ResourceSliceList{}
+	if err := n.Reader.List(ctx, slices); err != nil {
+		return 0, fmt.Errorf("list ResourceSlices: %w", err)
+	}
+	var largest int64
+	for i := range slices.Items {
+		s := &slices.Items[i]
+		if !trusted(s) {
+			continue
+		}
+		for j := range s.Spec.Devices {
+			if c, ok := s.Spec.Devices[j].Capacity[swapdevice.CapacitySwap]; ok {
+				largest = max(largest, c.Value.Value())
+			}
+		}
+	}
+	return largest, nil
+}
+
+// Pods decides whether a pod is selected for labels.
+type Pods struct {
+	// Reader is the cache.
+	Reader client.Reader
+	// APIReader, when set, reads a claim the cache has not seen allocated
+	// from the API server: the scheduler allocates a claim just before it
+	// binds the pod, so the binding webhook needs it. The reconciler does
+	// without, because the claim's update triggers it again.
+	APIReader client.Reader
+	Policy    podlabels.Policy
+}
+
+// Selected reports whether the policy selects the pod.
+func (p Pods) Selected(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	hasClaim, err := p.hasSwapClaim(ctx, pod)
+	if err != nil {
+		return false, err
+	}
+	var nsLabels map[string]string
+	if p.Policy.Selection == podlabels.SelectNamespaces && !hasClaim {
+		ns := &corev1.Namespace{}
+		if err := p.Reader.Get(ctx, types.NamespacedName{Name: pod.Namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("get namespace %s: %w", pod.Namespace, err)
+		}
+		nsLabels = ns.Labels
+	}
+	return p.Policy.Selects(hasClaim, nsLabels), nil
+}
+
+func (p Pods) hasSwapClaim(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	if p.Policy.Selection == podlabels.SelectAll {
+		return false, nil // not needed
+	}
+	for _, name := range podlabels.ClaimNames(pod) {
+		key := types.NamespacedName{Namespace: pod.Namespace, Name: name}
+		claim := &resourceapi.ResourceClaim{}
+		err := p.Reader.Get(ctx, key, claim)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("get ResourceClaim %s: %w", key, err)
+		}
+		if err == nil && podlabels.HasSwapDevice(claim) {
+			return true, nil
+		}
+		if p.APIReader == nil || err == nil && claim.Status.Allocation != nil {
+			continue // allocated, to another driver's devices
+		}
+		// Not (yet) allocated in the cache: ask the API server.
+		switch err := p.APIReader.Get(ctx, key, claim); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return false, fmt.Errorf("get ResourceClaim %s: %w", key, err)
+		case podlabels.HasSwapDevice(claim):
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,234 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+)
+
+// OfferSource tells the largest swap capacity any node offers.
+type OfferSource interface {
+	LargestOffer(ctx context.Context) (int64, error)
+}
+
+// ConfigValidator is the validating handler for ResourceClaims,
+// ResourceClaimTemplates and DeviceClasses: it rejects dra.swap opaque
+// configuration that does not decode strictly or does not validate, and
+// warns about swap requests that are rounded or cannot fit any node.
+type ConfigValidator struct {
+	Decoder *v1alpha1.Decoder
+	// Classes reads DeviceClasses (the cache), to tell swap requests.
+	Classes client.Reader
+	Offers  OfferSource
+}
+
+var resourceGroup = resourceapi.SchemeGroupVersion.Group
+
+// Handle implements admission.Handler.
+func (v *ConfigValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	var (
+		errs     field.ErrorList
+		warnings []string
+		gk       = schema.GroupKind{Group: resourceGroup, Kind: req.Kind.Kind}
+		call     = &review{v: v}
+	)
+	switch req.Kind.Kind {
+	case "ResourceClaim":
+		claim := &resourceapi.ResourceClaim{}
+		if err := json.Unmarshal(req.Object.Raw, claim); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode ResourceClaim: %w", err))
+		}
+		errs, warnings = call.claimSpec(ctx, &claim.Spec, field.NewPath("spec"))
+	case "ResourceClaimTemplate":
+		tmpl := &resourceapi.ResourceClaimTemplate{}
+		if err := json.Unmarshal(req.Object.Raw, tmpl); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode ResourceClaimTemplate: %w", err))
+		}
+		errs, warnings = call.claimSpec(ctx, &tmpl.Spec.Spec, field.NewPath("spec", "spec"))
+	case "DeviceClass":
+		class := &resourceapi.DeviceClass{}
+		if err := json.Unmarshal(req.Object.Raw, class); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode DeviceClass: %w", err))
+		}
+		if n := len(class.Spec.Config); n > MaxConfigs {
+			errs = append(errs, field.TooMany(field.NewPath("spec", "config"), n, MaxConfigs))
+			break
+		}
+		for i, c := range class.Spec.Config {
+			errs = append(errs, v.opaque(c.Opaque, field.NewPath("spec", "config").Index(i).Child("opaque"))...)
+		}
+	default:
+		return admission.Allowed("not a kind this webhook checks")
+	}
+	if len(errs) > 0 {
+		status := apierrors.NewInvalid(gk, req.Name, errs).Status()
+		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}.WithWarnings(warnings...)
+	}
+	return admission.Allowed("").WithWarnings(warnings...)
+}
+
+// opaque checks one opaque configuration, if it is the driver's.
+func (v *ConfigValidator) opaque(o *resourceapi.OpaqueDeviceConfiguration, path *field.Path) field.ErrorList {
+	if o == nil || o.Driver != podlabels.DriverName {
+		return nil
+	}
+	_, errs := v.Decoder.DecodeField(o.Parameters.Raw, path.Child("parameters"))
+	return errs
+}
+
+// review is one review's state: the largest offer and the classes
+// looked at, each read once.
+type review struct {
+	v       *ConfigValidator
+	largest *int64
+	classes map[string]bool
+}
+
+// claimSpec checks a claim spec's dra.swap configs and warns about its
+// swap requests. A spec over the API's limits (more requests, subrequests
+// or configs than the API server accepts, so not one it sends) is refused
+// without being looked at further.
+func (c *review) claimSpec(ctx context.Context, spec *resourceapi.ResourceClaimSpec, path *field.Path) (field.ErrorList, []string) {
+	var errs field.ErrorList
+	devPath := path.Child("devices")
+	if n := len(spec.Devices.Requests); n > MaxRequests {
+		errs = append(errs, field.TooMany(devPath.Child("requests"), n, MaxRequests))
+	}
+	if n := len(spec.Devices.Config); n > MaxConfigs {
+		errs = append(errs, field.TooMany(devPath.Child("config"), n, MaxConfigs))
+	}
+	for i, r := range spec.Devices.Requests {
+		if i == MaxRequests {
+			break
+		}
+		if n := len(r.FirstAvailable); n > MaxSubRequests {
+			errs = append(errs, field.TooMany(devPath.Child("requests").Index(i).Child("firstAvailable"), n, MaxSubRequests))
+		}
+	}
+	if len(errs) > 0 {
+		return errs, nil
+	}
+	for i, cfg := range spec.Devices.Config {
+		errs = append(errs, c.v.opaque(cfg.Opaque, devPath.Child("config").Index(i).Child("opaque"))...)
+	}
+	var warnings []string
+	check := func(className string, capacity *resourceapi.CapacityRequirements, p *field.Path) {
+		if capacity == nil {
+			return
+		}
+		q, ok := capacity.Requests[swapdevice.CapacitySwap]
+		if !ok || !c.isSwapClass(ctx, className) {
+			return
+		}
+		warnings = append(warnings, c.requestWarnings(ctx, q, p.Child("capacity", "requests", string(swapdevice.CapacitySwap)))...)
+	}
+	for i, r := range spec.Devices.Requests {
+		p := devPath.Child("requests").Index(i)
+		if r.Exactly != nil {
+			check(r.Exactly.DeviceClassName, r.Exactly.Capacity, p.Child("exactly"))
+		}
+		for j, s := range r.FirstAvailable {
+			check(s.DeviceClassName, s.Capacity, p.Child("firstAvailable").Index(j))
+		}
+	}
+	return errs, warnings
+}
+
+// requestWarnings: rounding up to the step, and more than any node offers.
+func (c *review) requestWarnings(ctx context.Context, q resource.Quantity, p *field.Path) []string {
+	var out []string
+	b := q.Value()
+	if rem := b % swapdevice.Step; rem != 0 && b > 0 {
+		rounded := resource.NewQuantity((b/swapdevice.Step+1)*swapdevice.Step, resource.BinarySI)
+		out = append(out, fmt.Sprintf("%s: %s is not a multiple of 1Mi; it is rounded up to %s", p, q.String(), rounded.String()))
+	}
+	largest, ok := c.largestOffer(ctx)
+	if !ok {
+		return out
+	}
+	if b > largest {
+		if largest == 0 {
+			out = append(out, fmt.Sprintf("%s: %s exceeds the largest swap any node offers: no node offers swap now", p, q.String()))
+		} else {
+			out = append(out, fmt.Sprintf("%s: %s exceeds the largest swap any node offers (%s); the claim stays unallocated until a node offers that much",
+				p, q.String(), resource.NewQuantity(largest, resource.BinarySI).String()))
+		}
+	}
+	return out
+}
+
+// largestOffer asks the OfferSource once per review; false when there is
+// none or it fails.
+func (c *review) largestOffer(ctx context.Context) (int64, bool) {
+	if c.v.Offers == nil {
+		return 0, false
+	}
+	if c.largest == nil {
+		largest, err := c.v.Offers.LargestOffer(ctx)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot tell the largest swap offer")
+			largest = -1
+		}
+		c.largest = &largest
+	}
+	return *c.largest, *c.largest >= 0
+}
+
+// isSwapClass is ConfigValidator.isSwapClass, once per class name.
+func (c *review) isSwapClass(ctx context.Context, name string) bool {
+	if c.classes == nil {
+		c.classes = map[string]bool{}
+	}
+	is, ok := c.classes[name]
+	if !ok {
+		is = c.v.isSwapClass(ctx, name)
+		c.classes[name] = is
+	}
+	return is
+}
+
+// isSwapClass tells a DeviceClass that selects the driver's devices: one
+// named after the driver, or whose CEL selectors or config name it.
+func (v *ConfigValidator) isSwapClass(ctx context.Context, name string) bool {
+	if name == podlabels.DriverName {
+		return true
+	}
+	if v.Classes == nil || name == "" {
+		return false
+	}
+	class := &resourceapi.DeviceClass{}
+	if err := v.Classes.Get(ctx, types.NamespacedName{Name: name}, class); err != nil {
+		return false
+	}
+	for _, s := range class.Spec.Selectors {
+		if s.CEL != nil && (strings.Contains(s.CEL.Expression, `"`+podlabels.DriverName+`"`) || strings.Contains(s.CEL.Expression, `'`+podlabels.DriverName+`'`)) {
+			return true
+		}
+	}
+	for _, c := range class.Spec.Config {
+		if c.Opaque != nil && c.Opaque.Driver == podlabels.DriverName {
+			return true
+		}
+	}
+	return false
+}

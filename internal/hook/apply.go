@@ -1,0 +1,226 @@
+package hook
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
+)
+
+// Run is the whole hook: parse args and stdin, then apply or clean up.
+func Run(args []string, stdin io.Reader) error {
+	cfg, req, err := ParseArgs(args)
+	if err != nil {
+		return err
+	}
+	state, err := ParseState(stdin)
+	if err != nil {
+		return err
+	}
+	if req.Cleanup {
+		return Cleanup(cfg, state)
+	}
+	return Apply(cfg, req, state)
+}
+
+// Apply records the claim's share for the container and applies the sum of
+// the container's shares to its cgroup. Re-running it for the same claim
+// and container changes nothing.
+//
+// The outcome, applied or not, is left in a record for the kubelet plugin
+// to turn into an event on the pod (package podevents).
+func Apply(cfg Config, req Request, state *specs.State) error {
+	total, podLimit, version, err := apply(cfg, req, state)
+	if r, ok := podevents.FromAnnotations(state.Annotations); ok {
+		r.LimitBytes, r.CgroupVersion, r.Time = total.SwapLimit, version, time.Now()
+		r.PodLimitBytes = req.Share.PodSwapLimit
+		if podLimit != nil {
+			r.PodLimitBytes = podLimit
+		}
+		r.Claims = []string{req.ClaimUID}
+		if dir, derr := hookstate.Dir(cfg.StateDir, state.ID); err == nil && derr == nil {
+			if claims, cerr := hookstate.Claims(dir); cerr == nil && len(claims) > 0 {
+				r.Claims = claims
+			}
+		}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		if werr := podevents.Write(cfg.StateDir, state.ID, r); werr != nil {
+			// The event is lost; the limit is not.
+			fmt.Fprintf(os.Stderr, "dra-swap-hook: container %s: %v\n", ContainerName(state), werr)
+		}
+	}
+	return err
+}
+
+// apply returns the container's settings and the pod budget it applied
+// (nil when none).
+func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, *int64, int, error) {
+	var total cgroupswap.Settings
+	name := ContainerName(state)
+	if state.Pid <= 0 {
+		return total, nil, 0, fmt.Errorf("container %s: OCI state has no process id (pid %d)", name, state.Pid)
+	}
+	r, isPod := podevents.FromAnnotations(state.Annotations)
+	if req.PodUID != "" && (!isPod || r.PodUID != req.PodUID) {
+		// A claim's swap was charged once, for one pod (see
+		// internal/kubeletplugin/prepare).
+		return total, nil, 0, fmt.Errorf("container %s: claim %s grants its swap to pod %s only, and this container belongs to pod %s: "+
+			"a swap claim serves one pod (give each pod its own claim with a ResourceClaimTemplate)", name, req.ClaimUID, req.PodUID, orUnknown(r.PodUID))
+	}
+	target, err := findCgroup(cfg, state, name)
+	if err != nil {
+		return total, nil, 0, err
+	}
+	dir, err := hookstate.Dir(cfg.StateDir, state.ID)
+	if err != nil {
+		return total, nil, target.Version, err
+	}
+	var pod cgroupswap.Target
+	if req.Share.PodSwapLimit != nil {
+		if pod, err = podCgroup(target, r); err != nil {
+			return total, nil, target.Version, err
+		}
+	}
+	// Records change and are applied under the state directory's lock,
+	// which the verifier takes to read them: it never sees them
+	// half-written or half-applied.
+	unlock, err := hookstate.Lock(cfg.StateDir, hookstate.DefaultWriteLockWait)
+	if err != nil {
+		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
+	}
+	defer unlock()
+	// The container's record first: with it, the kubelet plugin can find
+	// the cgroup of every container that has a share.
+	c := hookstate.Container{ID: state.ID, CgroupVersion: target.Version, CgroupGroup: target.Group, PodCgroupGroup: pod.Group}
+	if isPod {
+		c.Namespace, c.Pod, c.PodUID, c.Name = r.Namespace, r.Pod, r.PodUID, r.Container
+	}
+	if old, err := hookstate.ReadContainer(dir); err == nil && c.PodCgroupGroup == "" {
+		c.PodCgroupGroup = old.PodCgroupGroup // another claim's run found it
+	}
+	if err := hookstate.WriteContainer(dir, c); err != nil {
+		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
+	}
+	if err := hookstate.Record(dir, req.ShareKey(), req.Share); err != nil {
+		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
+	}
+	totals, err := hookstate.Sum(dir)
+	if err != nil {
+		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
+	}
+	if err := cgroupswap.Apply(target, totals.Container); err != nil {
+		return totals.Container, nil, target.Version, err
+	}
+	podTarget, ok := c.PodTarget(target.Root)
+	if !ok {
+		return totals.Container, nil, target.Version, nil
+	}
+	// One budget for the pod's cgroup, whichever of its containers' hooks
+	// runs: the largest that their records hold.
+	podLimit, err := hookstate.PodSwapLimit(cfg.StateDir, c.PodCgroupGroup)
+	if err != nil {
+		return totals.Container, nil, target.Version, fmt.Errorf("container %s: the pod's swap budget: %w", name, err)
+	}
+	if podLimit == nil {
+		return totals.Container, nil, target.Version, nil
+	}
+	if err := cgroupswap.Apply(podTarget, cgroupswap.Settings{SwapLimit: *podLimit}); err != nil {
+		return totals.Container, nil, target.Version, fmt.Errorf("container %s: the pod's swap budget: %w", name, err)
+	}
+	return totals.Container, podLimit, target.Version, nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown: the runtime gave no pod UID)"
+	}
+	return s
+}
+
+// podCgroup is the pod's cgroup: the parent of the container's, which
+// both the cgroupfs and the systemd cgroup driver name after the pod's UID
+// (".../pod<uid>" and ".../kubepods-<qos>-pod<uid_with_underscores>.slice").
+// Anything else is refused rather than written.
+func podCgroup(container cgroupswap.Target, r podevents.Record) (cgroupswap.Target, error) {
+	parent := filepath.Dir(container.Group)
+	base := filepath.Base(parent)
+	if r.PodUID == "" || parent == "/" ||
+		!(base == "pod"+r.PodUID || strings.HasSuffix(base, "-pod"+strings.ReplaceAll(r.PodUID, "-", "_")+".slice")) {
+		return cgroupswap.Target{}, fmt.Errorf("container %s: its parent cgroup %s is not the cgroup of pod %s, so the pod's swap budget cannot be set",
+			container.Container, parent, orUnknown(r.PodUID))
+	}
+	pod := container
+	pod.Group, pod.Pod, pod.Container = parent, true, r.Namespace+"/"+r.Pod
+	return pod, nil
+}
+
+// Cleanup removes the container's records (poststop), under the state
+// directory's lock: the verifier never reads them half-removed.
+func Cleanup(cfg Config, state *specs.State) error {
+	unlock, err := hookstate.Lock(cfg.StateDir, hookstate.DefaultWriteLockWait)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", ContainerName(state), err)
+	}
+	defer unlock()
+	if err := hookstate.Remove(cfg.StateDir, state.ID); err != nil {
+		return fmt.Errorf("container %s: %w", ContainerName(state), err)
+	}
+	return nil
+}
+
+func findCgroup(cfg Config, state *specs.State, name string) (cgroupswap.Target, error) {
+	target := cgroupswap.Target{Root: cfg.CgroupRoot, Container: name}
+	procFile := filepath.Join(cfg.ProcRoot, strconv.Itoa(state.Pid), "cgroup")
+	f, err := os.Open(procFile)
+	if err == nil {
+		defer f.Close()
+		version, group, perr := ParseProcCgroup(f)
+		if perr == nil {
+			target.Version, target.Group = version, group
+			return target, nil
+		}
+		err = fmt.Errorf("%s: %w", procFile, perr)
+	}
+	// Fall back to the bundle's config.json when it names a plain path
+	// (the cgroupfs driver; systemd's "slice:prefix:name" is not a path).
+	group, cerr := bundleCgroupsPath(state.Bundle)
+	if cerr != nil {
+		return target, fmt.Errorf("container %s: find its cgroup: %w; %w", name, err, cerr)
+	}
+	target.Group = group
+	target.Version = 1
+	if _, serr := os.Stat(filepath.Join(cfg.CgroupRoot, "cgroup.controllers")); serr == nil {
+		target.Version = 2
+	}
+	return target, nil
+}
+
+func bundleCgroupsPath(bundle string) (string, error) {
+	if !filepath.IsAbs(bundle) {
+		return "", fmt.Errorf("bundle %q is not an absolute path", bundle)
+	}
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return "", err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return "", fmt.Errorf("decode %s/config.json: %w", bundle, err)
+	}
+	if spec.Linux == nil || spec.Linux.CgroupsPath == "" || strings.Contains(spec.Linux.CgroupsPath, ":") {
+		return "", fmt.Errorf("%s/config.json names no plain cgroups path", bundle)
+	}
+	return checkGroup(spec.Linux.CgroupsPath)
+}

@@ -1,0 +1,270 @@
+// Package hook is the OCI hook that applies a claim's swap limit to a
+// container: it reads the OCI state from stdin, finds the container's
+// cgroup, records the claim's share for that container and writes the sum
+// of the container's shares with internal/cgroupswap. Every argument and every
+// value taken from the state is validated before it reaches a path.
+package hook
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+)
+
+const (
+	// MaxStateBytes bounds what is read from stdin.
+	MaxStateBytes = 1 << 20
+	maxSwapBytes  = hookstate.MaxSwapBytes
+)
+
+// Config says where the hook finds the host's files.
+type Config struct {
+	ProcRoot   string
+	CgroupRoot string
+	StateDir   string
+}
+
+// Request is one hook invocation.
+type Request struct {
+	Cleanup  bool
+	ClaimUID string
+	// ResultIndex is the claim's allocation result whose share this is;
+	// -1 for the whole claim (specs written before v0.2.0).
+	ResultIndex int
+	// PodUID, if set, is the one pod the claim's swap is granted to: a
+	// container of any other pod is refused.
+	PodUID string
+	Share  hookstate.Share
+}
+
+// ShareKey names the request's share in the container's records.
+func (r Request) ShareKey() string { return hookstate.ShareKey(r.ClaimUID, r.ResultIndex) }
+
+// ParseArgs parses the hook's arguments (without the program name).
+//
+// The arguments are a contract between releases. A CDI spec outlives the
+// plugin that wrote it: after an upgrade, the specs of the claims prepared
+// before it are run by the new hook, which the new plugin installs at the
+// same host path (--hook-path never changes between releases). So the
+// contract only ever grows:
+//
+//   - Every argument form that a released spec contains is accepted, with
+//     the same meaning, by every later hook. internal/cdi/testdata holds a spec
+//     of each release, and internal/cdi's tests feed their arguments to this
+//     function.
+//   - New flags may be added. A flag is never removed or renamed, and
+//     never changes its meaning, value format or default.
+//   - An unknown flag is an error, never skipped: a spec newer than the
+//     hook fails the container loudly instead of quietly dropping a
+//     setting. Upgrades do not run into this, because the plugin installs
+//     its hook at start-up, before it writes any spec; a downgrade leaves
+//     the newer specs of prepared claims failing until they are
+//     unprepared.
+//
+// Forms written by release v0.1.0, as argv after the program name:
+//
+//	createRuntime: --swap-limit=BYTES --claim-uid=UID --state-dir=DIR [--swap-high=BYTES] [--zswap=on|off] [--swappiness=0..100]
+//	poststop:      --cleanup --claim-uid=UID --state-dir=DIR
+//
+// Release v0.2.0 writes one CDI device per allocation result and adds, to
+// the createRuntime form:
+//
+//	--result-index=N            the result's index in the claim's allocation (its share is recorded as UID.N)
+//	--pod-uid=UID               the pod the claim is granted to; containers of other pods are refused
+//	--pod-swap-limit=BYTES      the pod's swap budget, when its containers share a claim
+//
+// --proc-root and --cgroup-root are for tests; specs do not set them.
+//
+// Release v0.2.0 also adds `dra-swap-hook --version` (the only argument),
+// which prints the hook's version for people. No spec writes it:
+// cmd/dra-swap-hook answers it before ParseArgs, which refuses it.
+func ParseArgs(args []string) (Config, Request, error) {
+	cfg := Config{}
+	var req Request
+	var limit, high, swappiness, zswap, resultIndex, podLimit string
+	fs := flag.NewFlagSet("dra-swap-hook", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&limit, "swap-limit", "", "swap limit in bytes")
+	fs.StringVar(&req.ClaimUID, "claim-uid", "", "UID of the claim")
+	fs.StringVar(&high, "swap-high", "", "cgroup v2 memory.swap.high in bytes")
+	fs.StringVar(&zswap, "zswap", "", "on or off")
+	fs.StringVar(&swappiness, "swappiness", "", "cgroup v1 memory.swappiness")
+	fs.StringVar(&resultIndex, "result-index", "", "index of the claim's allocation result")
+	fs.StringVar(&req.PodUID, "pod-uid", "", "UID of the only pod the claim's swap is granted to")
+	fs.StringVar(&podLimit, "pod-swap-limit", "", "swap budget of the container's pod in bytes")
+	fs.BoolVar(&req.Cleanup, "cleanup", false, "remove the container's state (poststop)")
+	fs.StringVar(&cfg.StateDir, "state-dir", "/run/dra-swap/hook", "directory of per-container state")
+	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs mount")
+	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount root")
+	if err := fs.Parse(args); err != nil {
+		// The flag package's wording for an unknown flag, stable since Go 1.
+		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
+			return cfg, req, fmt.Errorf("arguments: %w (unknown to this hook: was the CDI spec written by a newer dra.swap release?)", err)
+		}
+		return cfg, req, fmt.Errorf("arguments: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, req, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if !hookstate.UIDPattern.MatchString(req.ClaimUID) {
+		return cfg, req, fmt.Errorf("--claim-uid %q is not a Kubernetes UID", req.ClaimUID)
+	}
+	for name, p := range map[string]string{"--state-dir": cfg.StateDir, "--proc-root": cfg.ProcRoot, "--cgroup-root": cfg.CgroupRoot} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return cfg, req, fmt.Errorf("%s %q must be a clean absolute path", name, p)
+		}
+	}
+	if req.Cleanup {
+		if limit != "" || high != "" || zswap != "" || swappiness != "" || resultIndex != "" || req.PodUID != "" || podLimit != "" {
+			return cfg, req, errors.New("--cleanup takes no limits")
+		}
+		req.ResultIndex = -1
+		return cfg, req, nil
+	}
+	var err error
+	req.ResultIndex = -1
+	if resultIndex != "" {
+		v, err := parseNumber("--result-index", resultIndex, hookstate.MaxResultIndex)
+		if err != nil {
+			return cfg, req, err
+		}
+		req.ResultIndex = int(v)
+	}
+	if req.PodUID != "" && !hookstate.UIDPattern.MatchString(req.PodUID) {
+		return cfg, req, fmt.Errorf("--pod-uid %q is not a Kubernetes UID", req.PodUID)
+	}
+	if podLimit != "" {
+		v, err := parseNumber("--pod-swap-limit", podLimit, maxSwapBytes)
+		if err != nil {
+			return cfg, req, err
+		}
+		req.Share.PodSwapLimit = &v
+	}
+	if req.Share.SwapLimit, err = parseNumber("--swap-limit", limit, maxSwapBytes); err != nil {
+		return cfg, req, err
+	}
+	if high != "" {
+		v, err := parseNumber("--swap-high", high, req.Share.SwapLimit)
+		if err != nil {
+			return cfg, req, err
+		}
+		req.Share.SwapHigh = &v
+	}
+	switch zswap {
+	case "":
+	case "on", "off":
+		v := zswap == "on"
+		req.Share.Zswap = &v
+	default:
+		return cfg, req, fmt.Errorf("--zswap %q must be on or off", zswap)
+	}
+	if swappiness != "" {
+		v, err := parseNumber("--swappiness", swappiness, 100)
+		if err != nil {
+			return cfg, req, err
+		}
+		u := uint64(v)
+		req.Share.Swappiness = &u
+	}
+	return cfg, req, nil
+}
+
+func parseNumber(flag, s string, max int64) (int64, error) {
+	if s == "" {
+		return 0, fmt.Errorf("%s is required", flag)
+	}
+	v, err := strconv.ParseUint(s, 10, 63)
+	if err != nil || int64(v) > max {
+		return 0, fmt.Errorf("%s %q must be a whole number from 0 to %d", flag, s, max)
+	}
+	return int64(v), nil
+}
+
+// ParseState decodes and validates the OCI state that the runtime writes
+// to the hook's stdin.
+func ParseState(r io.Reader) (*specs.State, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxStateBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read OCI state from stdin: %w", err)
+	}
+	if len(data) > MaxStateBytes {
+		return nil, fmt.Errorf("OCI state on stdin exceeds %d bytes", MaxStateBytes)
+	}
+	var state specs.State
+	if err := json.Unmarshal(data, &state); err != nil {
+		return nil, fmt.Errorf("decode OCI state from stdin: %w", err)
+	}
+	if !hookstate.ContainerIDPattern.MatchString(state.ID) {
+		return nil, fmt.Errorf("OCI state: container id %q is not a valid container ID", state.ID)
+	}
+	return &state, nil
+}
+
+// ContainerName names the container for messages: namespace/pod/container
+// from the CRI annotations (containerd or CRI-O), else its ID.
+func ContainerName(state *specs.State) string {
+	a := state.Annotations
+	for _, keys := range [][3]string{
+		{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name", "io.kubernetes.cri.container-name"},
+		{"io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name"},
+	} {
+		if a[keys[2]] != "" {
+			return a[keys[0]] + "/" + a[keys[1]] + "/" + a[keys[2]]
+		}
+	}
+	return state.ID
+}
+
+// ParseProcCgroup reads /proc/<pid>/cgroup and returns the cgroup version
+// that holds the memory controller and the container's path in it.
+func ParseProcCgroup(r io.Reader) (int, string, error) {
+	s := bufio.NewScanner(io.LimitReader(r, MaxStateBytes))
+	unified := ""
+	for s.Scan() {
+		parts := strings.SplitN(s.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			unified = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "memory" {
+				group, err := checkGroup(parts[2])
+				if err != nil {
+					return 0, "", err
+				}
+				return 1, group, nil
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		return 0, "", err
+	}
+	if unified != "" {
+		group, err := checkGroup(unified)
+		if err != nil {
+			return 0, "", err
+		}
+		return 2, group, nil
+	}
+	return 0, "", errors.New("no memory controller and no cgroup v2 entry")
+}
+
+func checkGroup(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") || strings.Contains(p, "..") || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("cgroup path %q is not an absolute path within the hierarchy", p)
+	}
+	return filepath.Clean(p), nil
+}

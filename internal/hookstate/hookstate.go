@@ -1,0 +1,510 @@
+// Package hookstate is the hook's record of a container on the node: which
+// dra.swap claims it has and what each contributes (one file per share: a
+// claim's allocation result, named by the claim's UID and the result's
+// index, or by the claim's UID alone in specs written before results had
+// devices of their own), and where its cgroup is and whose it is
+// (container.json). The hook writes it at createRuntime and removes it at
+// poststop; the kubelet plugin's verifier and NRI plugin read it to know
+// which containers must hold which limit.
+//
+// Layout under the state directory (a tmpfs, so a reboot clears it):
+//
+//	<state-dir>/<container-id>/<claim-uid>[.<n>] a Share (JSON)
+//	<state-dir>/<container-id>/container.json   a Container (JSON)
+//	<state-dir>/.lock                           see Lock
+//	<state-dir>/.events/                        package podevents
+//
+// The hook changes records and applies them under Lock; the verifier
+// reads records and cgroups under RLock, so that it never takes a
+// container's records half-written, or its limits half-applied, for drift.
+package hookstate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
+)
+
+const (
+	// ContainerFile holds a container's Container record.
+	ContainerFile = "container.json"
+	// LockFile, in the state directory, is the lock of Lock and RLock.
+	LockFile = ".lock"
+	// MaxSwapBytes bounds a share and a sum.
+	MaxSwapBytes = int64(1) << 62
+
+	maxFileBytes = 64 << 10
+)
+
+var (
+	// UIDPattern matches a Kubernetes UID (a claim's, a pod's).
+	UIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	// ContainerIDPattern matches the container IDs that name directories.
+	ContainerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	// shareKeyPattern matches the names of share files: a claim UID,
+	// optionally followed by "." and an allocation result's index.
+	shareKeyPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.[0-9]{1,4})?$`)
+)
+
+// MaxResultIndex bounds the allocation result index in a share key (the
+// API allows at most 32 results per claim; the bound leaves room).
+const MaxResultIndex = 9999
+
+// ShareKey names the share of one allocation result of a claim; a
+// negative index names the share of the whole claim (the form of specs
+// written before each result had a device of its own).
+func ShareKey(claimUID string, resultIndex int) string {
+	if resultIndex < 0 {
+		return claimUID
+	}
+	return fmt.Sprintf("%s.%d", claimUID, resultIndex)
+}
+
+// Share is what one claim's allocation result contributes to a container.
+type Share struct {
+	SwapLimit  int64   `json:"swapLimit"`
+	SwapHigh   *int64  `json:"swapHigh,omitempty"`
+	Zswap      *bool   `json:"zswap,omitempty"`
+	Swappiness *uint64 `json:"swappiness,omitempty"`
+	// PodSwapLimit, if set, is the swap the container's whole pod may use:
+	// the sum of the pod's claims, set when its containers share a claim
+	// and so could together use more than the claims were charged.
+	PodSwapLimit *int64 `json:"podSwapLimit,omitempty"`
+}
+
+// Container says where a container's cgroup is and whose container it is.
+type Container struct {
+	// ID is the runtime's container ID (the directory's name).
+	ID string `json:"id"`
+	// CgroupVersion and CgroupGroup locate the container's memory cgroup
+	// (the group is its path within the hierarchy).
+	CgroupVersion int    `json:"cgroupVersion"`
+	CgroupGroup   string `json:"cgroupGroup"`
+	// PodCgroupGroup, when set, is the pod's cgroup (the container's
+	// parent), which holds the pod's swap budget.
+	PodCgroupGroup string `json:"podCgroupGroup,omitempty"`
+	// Namespace, Pod, PodUID and Name identify it in Kubernetes; empty for
+	// a container the runtime did not create for a pod.
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	PodUID    string `json:"podUID,omitempty"`
+	Name      string `json:"name,omitempty"`
+}
+
+// String names the container for messages: namespace/pod/container, or
+// its ID.
+func (c Container) String() string {
+	if c.Pod != "" {
+		return c.Namespace + "/" + c.Pod + "/" + c.Name
+	}
+	return c.ID
+}
+
+// Target is the container's cgroup for package cgroupswap.
+func (c Container) Target(cgroupRoot string) cgroupswap.Target {
+	return cgroupswap.Target{Version: c.CgroupVersion, Root: cgroupRoot, Group: c.CgroupGroup, Container: c.String()}
+}
+
+// PodTarget is the container's pod's cgroup, if the record has one.
+func (c Container) PodTarget(cgroupRoot string) (cgroupswap.Target, bool) {
+	if c.PodCgroupGroup == "" {
+		return cgroupswap.Target{}, false
+	}
+	name := c.Namespace + "/" + c.Pod
+	if c.Pod == "" {
+		name = "of container " + c.ID
+	}
+	return cgroupswap.Target{Version: c.CgroupVersion, Root: cgroupRoot, Group: c.PodCgroupGroup, Container: name, Pod: true}, true
+}
+
+// Dir is the container's directory.
+func Dir(stateDir, containerID string) (string, error) {
+	if !ContainerIDPattern.MatchString(containerID) {
+		return "", fmt.Errorf("container id %q is not a valid container ID", containerID)
+	}
+	return filepath.Join(stateDir, containerID), nil
+}
+
+// Record writes a share atomically into the container's dir under key
+// (see ShareKey).
+func Record(dir, key string, share Share) error {
+	if !shareKeyPattern.MatchString(key) {
+		return fmt.Errorf("share %q is not a claim UID with an optional result index", key)
+	}
+	if err := share.validate(); err != nil {
+		return fmt.Errorf("share %s: %w", key, err)
+	}
+	data, err := json.Marshal(share)
+	if err != nil {
+		return err
+	}
+	if err := write(dir, key, data); err != nil {
+		return fmt.Errorf("record share %s: %w", key, err)
+	}
+	return nil
+}
+
+func (s Share) validate() error {
+	if s.SwapLimit < 0 || s.SwapLimit > MaxSwapBytes {
+		return fmt.Errorf("swap limit %d out of range 0..%d", s.SwapLimit, MaxSwapBytes)
+	}
+	if s.SwapHigh != nil && (*s.SwapHigh < 0 || *s.SwapHigh > s.SwapLimit) {
+		return fmt.Errorf("swap high %d out of range 0..%d", *s.SwapHigh, s.SwapLimit)
+	}
+	if s.Swappiness != nil && *s.Swappiness > 100 {
+		return fmt.Errorf("swappiness %d out of range 0..100", *s.Swappiness)
+	}
+	if s.PodSwapLimit != nil && (*s.PodSwapLimit < 0 || *s.PodSwapLimit > MaxSwapBytes) {
+		return fmt.Errorf("pod swap limit %d out of range 0..%d", *s.PodSwapLimit, MaxSwapBytes)
+	}
+	return nil
+}
+
+// WriteContainer writes the container's record atomically into its dir.
+func WriteContainer(dir string, c Container) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := write(dir, ContainerFile, data); err != nil {
+		return fmt.Errorf("record container %s: %w", c, err)
+	}
+	return nil
+}
+
+// ReadContainer reads the container's record from its dir.
+func ReadContainer(dir string) (Container, error) {
+	var c Container
+	data, err := readFile(filepath.Join(dir, ContainerFile))
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, fmt.Errorf("decode %s: %w", filepath.Join(dir, ContainerFile), err)
+	}
+	if c.ID != filepath.Base(dir) {
+		return c, fmt.Errorf("%s: container id %q does not match its directory", filepath.Join(dir, ContainerFile), c.ID)
+	}
+	if err := c.validate(); err != nil {
+		return c, fmt.Errorf("%s: %w", filepath.Join(dir, ContainerFile), err)
+	}
+	return c, nil
+}
+
+func (c Container) validate() error {
+	if !ContainerIDPattern.MatchString(c.ID) {
+		return fmt.Errorf("container id %q is not a valid container ID", c.ID)
+	}
+	if c.CgroupVersion != 1 && c.CgroupVersion != 2 {
+		return fmt.Errorf("container %s: cgroup version %d is neither 1 nor 2", c, c.CgroupVersion)
+	}
+	if !strings.HasPrefix(c.CgroupGroup, "/") || strings.Contains(c.CgroupGroup, "..") || strings.ContainsRune(c.CgroupGroup, 0) ||
+		filepath.Clean(c.CgroupGroup) != c.CgroupGroup {
+		return fmt.Errorf("container %s: cgroup path %q is not a clean absolute path within the hierarchy", c, c.CgroupGroup)
+	}
+	if c.PodCgroupGroup != "" && (c.PodCgroupGroup != filepath.Dir(c.CgroupGroup) || c.PodCgroupGroup == "/") {
+		return fmt.Errorf("container %s: pod cgroup %q is not the parent of its cgroup %q", c, c.PodCgroupGroup, c.CgroupGroup)
+	}
+	if c.PodUID != "" && !UIDPattern.MatchString(c.PodUID) {
+		return fmt.Errorf("container %s: pod UID %q is not a Kubernetes UID", c, c.PodUID)
+	}
+	return nil
+}
+
+// Totals is what a container's shares add up to.
+type Totals struct {
+	// Container is applied to the container's cgroup.
+	Container cgroupswap.Settings
+	// PodSwapLimit, if set, bounds the swap of the container's pod (its
+	// parent cgroup): the largest PodSwapLimit of the shares (prepare
+	// writes the same value into every claim of the pod; a claim prepared
+	// before another of the pod was known holds a smaller one).
+	PodSwapLimit *int64
+	// Shares is how many shares there are.
+	Shares int
+}
+
+// Sum combines the container's recorded shares: limits add up; swap.high
+// adds up over the shares that set it, counting the others at their limit;
+// zswap is off if any share turns it off; swappiness is the lowest asked;
+// the pod's limit is the largest recorded.
+func Sum(dir string) (Totals, error) {
+	var t Totals
+	total := &t.Container
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return t, fmt.Errorf("read hook state %s: %w", dir, err)
+	}
+	var high int64
+	anyHigh := false
+	for _, e := range entries {
+		if !shareKeyPattern.MatchString(e.Name()) {
+			continue // container.json, temporary files
+		}
+		data, err := readFile(filepath.Join(dir, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return t, err
+		}
+		var s Share
+		if err := json.Unmarshal(data, &s); err != nil {
+			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
+		}
+		if err := s.validate(); err != nil {
+			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
+		}
+		if total.SwapLimit > MaxSwapBytes-s.SwapLimit {
+			return t, fmt.Errorf("hook state %s/%s: swap limits add up to more than %d", dir, e.Name(), MaxSwapBytes)
+		}
+		t.Shares++
+		total.SwapLimit += s.SwapLimit
+		if s.SwapHigh != nil {
+			anyHigh = true
+			high += *s.SwapHigh
+		} else {
+			high += s.SwapLimit
+		}
+		if s.Zswap != nil && (total.Zswap == nil || !*s.Zswap) {
+			v := *s.Zswap
+			total.Zswap = &v
+		}
+		if s.Swappiness != nil && (total.Swappiness == nil || *s.Swappiness < *total.Swappiness) {
+			v := *s.Swappiness
+			total.Swappiness = &v
+		}
+		if s.PodSwapLimit != nil && (t.PodSwapLimit == nil || *s.PodSwapLimit > *t.PodSwapLimit) {
+			v := *s.PodSwapLimit
+			t.PodSwapLimit = &v
+		}
+	}
+	if anyHigh {
+		total.SwapHigh = &high
+	}
+	return t, nil
+}
+
+// Claims returns the UIDs of the claims that have a share in the
+// container's records, each once.
+func Claims(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read hook state %s: %w", dir, err)
+	}
+	var uids []string
+	for _, e := range entries {
+		if !shareKeyPattern.MatchString(e.Name()) {
+			continue
+		}
+		uid, _, _ := strings.Cut(e.Name(), ".")
+		if !slices.Contains(uids, uid) {
+			uids = append(uids, uid)
+		}
+	}
+	return uids, nil
+}
+
+// List returns the IDs of the containers that have a directory under
+// stateDir.
+func List(stateDir string) ([]string, error) {
+	entries, err := os.ReadDir(stateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read hook state directory %s: %w", stateDir, err)
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && ContainerIDPattern.MatchString(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Remove deletes the container's directory.
+func Remove(stateDir, containerID string) error {
+	dir, err := Dir(stateDir, containerID)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove hook state of container %s: %w", containerID, err)
+	}
+	return nil
+}
+
+func write(dir, name string, data []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create hook state %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, name))
+}
+
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileBytes)
+	}
+	return data, nil
+}
+
+// Lock takes the state directory's lock exclusively, waiting up to wait
+// while readers hold it (they only read files and write cgroup files, a
+// matter of milliseconds). The hook holds it while it changes a
+// container's records and applies them. A lock still held after wait
+// (a reader that hangs or was stopped) is an error naming the lock file:
+// the hook then fails the container's start, loudly and within a bound,
+// rather than hang it. The returned function releases the lock.
+func Lock(stateDir string, wait time.Duration) (unlock func(), err error) {
+	unlock, path, err := tryLock(stateDir, unix.LOCK_EX, wait)
+	if err == nil && unlock == nil {
+		err = fmt.Errorf("lock %s: still held by a reader (the kubelet plugin's verifier) after %s", path, wait)
+	}
+	return unlock, err
+}
+
+// DefaultWriteLockWait is how long the hook waits for the state
+// directory's lock.
+const DefaultWriteLockWait = 10 * time.Second
+
+// lockPoll is how often Lock and RLock try again while the lock is held.
+const lockPoll = 5 * time.Millisecond
+
+// RLock takes the state directory's lock shared, for reading records and
+// holding cgroups to them, trying for up to wait while the hook holds it;
+// ok is false when it held it all that time (nothing is locked then).
+func RLock(stateDir string, wait time.Duration) (unlock func(), ok bool, err error) {
+	unlock, _, err = tryLock(stateDir, unix.LOCK_SH, wait)
+	return unlock, unlock != nil, err
+}
+
+// tryLock takes the state directory's lock (how: LOCK_EX or LOCK_SH),
+// trying every lockPoll for up to wait; unlock is nil, with no error, when
+// it was held all that time. path is the lock file's.
+func tryLock(stateDir string, how int, wait time.Duration) (unlock func(), path string, err error) {
+	f, err := openLock(stateDir)
+	if err != nil {
+		return nil, "", err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err = unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return func() { f.Close() }, f.Name(), nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			f.Close()
+			return nil, f.Name(), fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		if !time.Now().Before(deadline) {
+			f.Close()
+			return nil, f.Name(), nil
+		}
+		time.Sleep(lockPoll)
+	}
+}
+
+func openLock(stateDir string) (*os.File, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create hook state directory %s: %w", stateDir, err)
+	}
+	path := filepath.Join(stateDir, LockFile)
+	// Read-only is enough for flock(2), and opens an existing lock on a
+	// read-only mount too.
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open hook state lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// PodSwapLimits returns each pod cgroup's swap budget (keyed by a
+// Container's PodCgroupGroup): the largest PodSwapLimit recorded by any
+// share of any container in it. Containers of one pod may record
+// different budgets (a claim prepared before another of the pod was known
+// holds a smaller one); the pod's cgroup gets one, the largest. Containers
+// whose records cannot be read are left out (their own checks report
+// them). Call it under Lock or RLock.
+func PodSwapLimits(stateDir string) (map[string]int64, error) {
+	return podSwapLimits(stateDir, "")
+}
+
+// PodSwapLimit is the budget of one pod cgroup, as PodSwapLimits has it;
+// nil when no container in it records one.
+func PodSwapLimit(stateDir, podCgroupGroup string) (*int64, error) {
+	if podCgroupGroup == "" {
+		return nil, nil
+	}
+	limits, err := podSwapLimits(stateDir, podCgroupGroup)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := limits[podCgroupGroup]; ok {
+		return &v, nil
+	}
+	return nil, nil
+}
+
+// podSwapLimits is PodSwapLimits for all pod cgroups, or for only one.
+func podSwapLimits(stateDir, only string) (map[string]int64, error) {
+	ids, err := List(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	limits := map[string]int64{}
+	for _, id := range ids {
+		dir := filepath.Join(stateDir, id)
+		c, err := ReadContainer(dir)
+		if err != nil || c.PodCgroupGroup == "" || only != "" && c.PodCgroupGroup != only {
+			continue
+		}
+		t, err := Sum(dir)
+		if err != nil || t.PodSwapLimit == nil {
+			continue
+		}
+		if v, ok := limits[c.PodCgroupGroup]; !ok || *t.PodSwapLimit > v {
+			limits[c.PodCgroupGroup] = *t.PodSwapLimit
+		}
+	}
+	return limits, nil
+}

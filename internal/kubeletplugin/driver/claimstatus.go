@@ -1,0 +1,318 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
+	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
+)
+
+// ConditionSwapApplied is the condition on each device status of a
+// prepared dra.swap claim: Unknown until the containers started, True when
+// the hook applied the limit to every container that started, False with
+// the reason otherwise (and for admin access, which grants nothing).
+const ConditionSwapApplied = "SwapApplied"
+
+// Condition reasons.
+const (
+	ReasonPrepared    = "Prepared"
+	ReasonApplied     = "Applied"
+	ReasonNotApplied  = "NotApplied"
+	ReasonAdminAccess = "AdminAccess"
+)
+
+// StatusFieldManager owns the driver's entries in claims' status.devices.
+const StatusFieldManager = "dra.swap-kubeletplugin"
+
+// DeviceStatusData is the data of a device's status: what the claim's
+// allocation result grants, to whom, with which configuration.
+type DeviceStatusData struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// SwapBytes is what the result grants (its consumed capacity).
+	SwapBytes int64 `json:"swapBytes"`
+	// AdminAccess: the result was allocated with admin access and grants
+	// nothing.
+	AdminAccess bool `json:"adminAccess,omitempty"`
+	// Pod is the pod the claim is granted to (namespace/name).
+	Pod string `json:"pod,omitempty"`
+	// Containers maps each container of the pod that gets the result to
+	// its swap limit in bytes (the sum of all its claims).
+	Containers map[string]int64 `json:"containers,omitempty"`
+	// PodSwapLimitBytes is the pod's budget, when its containers share a
+	// claim.
+	PodSwapLimitBytes *int64 `json:"podSwapLimitBytes,omitempty"`
+	// Config is the SwapConfig that took effect.
+	Config *appliedConfig `json:"config,omitempty"`
+}
+
+// appliedConfig is the SwapConfig's knobs without its type meta.
+type appliedConfig struct {
+	SwapHighPercent *int32             `json:"swapHighPercent,omitempty"`
+	Zswap           v1alpha1.ZswapMode `json:"zswap,omitempty"`
+	Swappiness      *int64             `json:"swappiness,omitempty"`
+}
+
+// outcome is the hook's result for one container.
+type outcome struct {
+	ok         bool
+	limitBytes int64
+	err        string
+}
+
+type claimState struct {
+	namespace, name string
+	uid             types.UID
+	report          prepare.ClaimReport
+	// written is what was last applied (JSON), to skip a write that would
+	// change nothing.
+	written []byte
+	// outcomes by container name.
+	outcomes map[string]outcome
+	// since keeps each device's condition transition time.
+	since map[string]metav1.Time
+	last  map[string]metav1.ConditionStatus
+}
+
+// claimStatuses writes what the driver granted and applied into the
+// prepared claims' status.devices, with server-side apply of the driver's
+// own entries, asynchronously: prepare never waits for it, and a failed
+// write is retried with backoff and counted.
+//
+// A prepared claim is written preparedStatusDelay after prepare, not at
+// once: by then its containers have usually started and the hook's outcome
+// goes into the same write (one write per claim instead of two), and the
+// writes of pods that start together stay out of the way of their
+// prepares (the kubelet's claim reads and the node's CPU). An outcome is
+// written at once; a write that would apply what was last applied is
+// skipped.
+type claimStatuses struct {
+	client  kubernetes.Interface
+	driver  string
+	node    string
+	metrics *Metrics
+	now     func() time.Time
+	// delay is how long a prepared claim waits for its first write
+	// (preparedStatusDelay).
+	delay time.Duration
+
+	mu     sync.Mutex
+	claims map[types.UID]*claimState
+	queue  workqueue.TypedRateLimitingInterface[types.UID]
+}
+
+// preparedStatusDelay is how long a prepared claim's status waits for the
+// hook's outcome (a pod's containers start within a second or two of
+// prepare, also in a burst of pods).
+const preparedStatusDelay = 2 * time.Second
+
+func newClaimStatuses(client kubernetes.Interface, driver, node string, metrics *Metrics) *claimStatuses {
+	return &claimStatuses{
+		client: client, driver: driver, node: node, metrics: metrics, now: time.Now, delay: preparedStatusDelay,
+		claims: map[types.UID]*claimState{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "claim-status"}),
+	}
+}
+
+// prepared records what prepare granted (prepare.Options.Prepared).
+func (s *claimStatuses) prepared(r prepare.ClaimReport) {
+	s.mu.Lock()
+	st, ok := s.claims[r.Claim.UID]
+	if !ok {
+		st = &claimState{namespace: r.Claim.Namespace, name: r.Claim.Name, uid: r.Claim.UID,
+			outcomes: map[string]outcome{}, since: map[string]metav1.Time{}, last: map[string]metav1.ConditionStatus{}}
+		s.claims[r.Claim.UID] = st
+	}
+	st.report = r
+	s.mu.Unlock()
+	s.queue.AddAfter(r.Claim.UID, s.delay)
+}
+
+// reported records the hook's outcome for a container (podevents).
+func (s *claimStatuses) reported(r podevents.Record) {
+	s.mu.Lock()
+	var changed []types.UID
+	for _, uid := range r.Claims {
+		st, ok := s.claims[types.UID(uid)]
+		if !ok || st.report.Pod.Name != r.Pod || st.report.Pod.Namespace != r.Namespace {
+			continue
+		}
+		st.outcomes[r.Container] = outcome{ok: r.Error == "", limitBytes: r.LimitBytes, err: r.Error}
+		changed = append(changed, st.uid)
+	}
+	s.mu.Unlock()
+	for _, uid := range changed {
+		s.queue.Add(uid)
+	}
+}
+
+// unprepared forgets claims (the API server drops the status of a
+// deallocated claim).
+func (s *claimStatuses) unprepared(uids []types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, uid := range uids {
+		delete(s.claims, uid)
+	}
+}
+
+// run writes queued claims until ctx ends.
+func (s *claimStatuses) run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		s.queue.ShutDown()
+	}()
+	for {
+		uid, quit := s.queue.Get()
+		if quit {
+			return
+		}
+		err := s.write(ctx, uid)
+		switch {
+		case err == nil:
+			s.queue.Forget(uid)
+		case s.queue.NumRequeues(uid) < 8:
+			klog.FromContext(ctx).V(2).Info("Writing a claim's status failed; retrying", "claimUID", uid, "err", err)
+			s.queue.AddRateLimited(uid)
+		default:
+			klog.FromContext(ctx).Error(err, "Cannot write the claim's device status", "claimUID", uid)
+			s.metrics.statusFailed()
+			s.queue.Forget(uid)
+		}
+		s.queue.Done(uid)
+	}
+}
+
+func (s *claimStatuses) write(ctx context.Context, uid types.UID) error {
+	s.mu.Lock()
+	st, ok := s.claims[uid]
+	var ac *resourceapply.ResourceClaimApplyConfiguration
+	var applied []byte
+	same := false
+	if ok {
+		var err error
+		if ac, err = s.applyConfiguration(st); err == nil {
+			applied, err = json.Marshal(ac)
+		}
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("the status of claim %s/%s: %w", st.namespace, st.name, err)
+		}
+		same = bytes.Equal(applied, st.written)
+	}
+	s.mu.Unlock()
+	if !ok || same {
+		return nil // unprepared meanwhile, or written as it is
+	}
+	_, err := s.client.ResourceV1().ResourceClaims(st.namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: StatusFieldManager, Force: true})
+	if err != nil {
+		return fmt.Errorf("apply the status of claim %s/%s: %w", st.namespace, st.name, err)
+	}
+	s.mu.Lock()
+	st.written = applied
+	s.mu.Unlock()
+	return nil
+}
+
+// applyConfiguration is the claim's status.devices entries of the driver.
+func (s *claimStatuses) applyConfiguration(st *claimState) (*resourceapply.ResourceClaimApplyConfiguration, error) {
+	status := resourceapply.ResourceClaimStatus()
+	for _, r := range st.report.Results {
+		data := DeviceStatusData{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "SwapDeviceStatus",
+			SwapBytes: r.SwapBytes, AdminAccess: r.AdminAccess, Containers: r.Containers, PodSwapLimitBytes: st.report.PodSwapLimitBytes}
+		if st.report.Pod.Name != "" {
+			data.Pod = st.report.Pod.String()
+		}
+		if r.Config != nil && !r.AdminAccess {
+			data.Config = &appliedConfig{SwapHighPercent: r.Config.SwapHighPercent, Zswap: r.Config.Zswap, Swappiness: r.Config.Swappiness}
+		}
+		raw, err := json.Marshal(data)
+		if err != nil {
+			return nil, err
+		}
+		key := r.Result.Pool + "/" + r.Result.Device + "/" + string(shareOf(r))
+		cond := s.condition(st, r)
+		if since, ok := st.since[key]; !ok || since.IsZero() || st.last[key] != cond.status {
+			st.since[key] = metav1.NewTime(s.now().Truncate(time.Second))
+			st.last[key] = cond.status
+		}
+		d := resourceapply.AllocatedDeviceStatus().WithDriver(s.driver).WithPool(r.Result.Pool).WithDevice(r.Result.Device).
+			WithData(runtime.RawExtension{Raw: raw}).
+			WithConditions(metav1apply.Condition().WithType(ConditionSwapApplied).WithStatus(cond.status).WithReason(cond.reason).
+				WithMessage(eventmsg.Condition(cond.message)).WithLastTransitionTime(st.since[key]))
+		if r.Result.ShareID != nil {
+			d = d.WithShareID(string(*r.Result.ShareID))
+		}
+		status = status.WithDevices(d)
+	}
+	return resourceapply.ResourceClaim(st.name, st.namespace).WithUID(st.uid).WithStatus(status), nil
+}
+
+func shareOf(r prepare.ResultReport) types.UID {
+	if r.Result.ShareID == nil {
+		return ""
+	}
+	return *r.Result.ShareID
+}
+
+type conditionValue struct {
+	status  metav1.ConditionStatus
+	reason  string
+	message string
+}
+
+// condition says whether the result's limit holds in its containers.
+func (s *claimStatuses) condition(st *claimState, r prepare.ResultReport) conditionValue {
+	if r.AdminAccess {
+		return conditionValue{metav1.ConditionFalse, ReasonAdminAccess,
+			"allocated with admin access, which the scheduler does not charge: no swap is granted"}
+	}
+	names := slices.Sorted(maps.Keys(r.Containers))
+	var applied, failed, waiting []string
+	for _, name := range names {
+		o, ok := st.outcomes[name]
+		switch {
+		case !ok:
+			waiting = append(waiting, name)
+		case o.ok:
+			applied = append(applied, fmt.Sprintf("%s (%s)", name, quantity(o.limitBytes)))
+		default:
+			// Each error is cut to an event's size, so that several
+			// containers' fit in the condition.
+			failed = append(failed, "container "+name+": "+eventmsg.Truncate(o.err, eventmsg.NoteLimit))
+		}
+	}
+	// The message must fit in eventmsg.ConditionLimit bytes: the lists
+	// name what fits and count the rest.
+	list := func(head string, items []string, sep, tail string) string {
+		return head + eventmsg.List(items, sep, 0, eventmsg.ConditionLimit-len(head)-len(tail)) + tail
+	}
+	switch {
+	case len(failed) > 0:
+		return conditionValue{metav1.ConditionFalse, ReasonNotApplied, list("not applied to ", failed, "; ", "")}
+	case len(names) == 0:
+		return conditionValue{metav1.ConditionUnknown, ReasonPrepared, fmt.Sprintf("prepared on node %s; no container of the pod uses it", s.node)}
+	case len(waiting) > 0:
+		return conditionValue{metav1.ConditionUnknown, ReasonPrepared, list(fmt.Sprintf("prepared on node %s; waiting for container ", s.node), waiting, ", ", " to start")}
+	}
+	return conditionValue{metav1.ConditionTrue, ReasonApplied, list(fmt.Sprintf("swap limit applied on node %s to container ", s.node), applied, ", ", "")}
+}

@@ -1,0 +1,115 @@
+package driver
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+)
+
+// TestPublisherKubeletConfigEvents: a kubelet configuration that cannot
+// be read is published as swapBehavior Unknown and told to the Node once
+// per change (a Warning when it becomes unreadable, the first sync
+// included, a Normal event when it is read again), under an action no
+// taint event uses, with a bounded note.
+func TestPublisherKubeletConfigEvents(t *testing.T) {
+	type event struct{ eventType, reason, action, note string }
+	unreadable := func(problem string) discovery.Facts {
+		f := facts(1 << 30)
+		f.SwapBehavior, f.SwapBehaviorProblem = discovery.SwapBehaviorUnknown, problem
+		return f
+	}
+	steps := []struct {
+		name       string
+		facts      discovery.Facts
+		wantEvent  string // reason, "" for none
+		wantInNote string
+	}{
+		{name: "missing from the start", facts: unreadable("read kubelet configuration: open /host/etc/kubelet.yaml: no such file or directory"),
+			wantEvent: ReasonKubeletConfigUnreadable, wantInNote: "/host/etc/kubelet.yaml"},
+		{name: "still missing", facts: unreadable("read kubelet configuration: open /host/etc/kubelet.yaml: no such file or directory")},
+		{name: "another problem, still unreadable", facts: unreadable("parse kubelet configuration /host/etc/kubelet.yaml: error")},
+		{name: "read again", facts: facts(1 << 30), wantEvent: ReasonKubeletConfigRead, wantInNote: "swapBehavior NoSwap"},
+		{name: "still readable", facts: facts(1 << 30)},
+		{name: "a long problem is cut", facts: unreadable(strings.Repeat("x", 5000)), wantEvent: ReasonKubeletConfigUnreadable, wantInNote: eventmsg.Marker},
+	}
+
+	_, ctx := ktesting.NewTestContext(t)
+	var current discovery.Facts
+	var events []event
+	var published []resourceslice.DriverResources
+	p := &Publisher{
+		NodeName: "node-a",
+		Policy:   swapdevice.Policy{OvercommitRatio: 1},
+		Discover: func(context.Context) (discovery.Facts, error) { return current, nil },
+		Publish: func(_ context.Context, r resourceslice.DriverResources) error {
+			published = append(published, r)
+			return nil
+		},
+		NodeEvent: func(eventType, reason, action, message string) {
+			events = append(events, event{eventType, reason, action, message})
+		},
+	}
+	if err := p.TakeOver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range steps {
+		before := len(events)
+		current = s.facts
+		if _, err := p.Sync(ctx); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		got := events[before:]
+		if s.wantEvent == "" {
+			if len(got) != 0 {
+				t.Errorf("%s: events %+v, want none", s.name, got)
+			}
+			continue
+		}
+		if len(got) != 1 {
+			t.Fatalf("%s: events %+v, want one %s", s.name, got, s.wantEvent)
+		}
+		e := got[0]
+		wantType := corev1.EventTypeWarning
+		if s.wantEvent == ReasonKubeletConfigRead {
+			wantType = corev1.EventTypeNormal
+		}
+		if e.eventType != wantType || e.reason != s.wantEvent || e.action != "ReadKubeletConfig" {
+			t.Errorf("%s: event %s/%s/%s, want %s/%s/ReadKubeletConfig", s.name, e.eventType, e.reason, e.action, wantType, s.wantEvent)
+		}
+		if !strings.Contains(e.note, s.wantInNote) || len(e.note) > eventmsg.NoteLimit {
+			t.Errorf("%s: note (%d bytes) %q, want at most %d bytes mentioning %q", s.name, len(e.note), e.note, eventmsg.NoteLimit, s.wantInNote)
+		}
+		if e.action == taintAction("Taint", TaintOvercommitted) || e.action == taintAction("Untaint", TaintOvercommitted) {
+			t.Errorf("%s: action %s is a taint's", s.name, e.action)
+		}
+	}
+	// What the last step published: the behavior as Unknown.
+	last := published[len(published)-1].Pools["node-a"].Slices[0].Devices[0]
+	if got := last.Attributes[swapdevice.AttrSwapBehavior].StringValue; got == nil || *got != discovery.SwapBehaviorUnknown {
+		t.Errorf("published swapBehavior %v, want %s", got, discovery.SwapBehaviorUnknown)
+	}
+}
+
+// TestKubeletConfigReadableMetric: dra_swap_kubelet_config_readable
+// follows the last discovery.
+func TestKubeletConfigReadableMetric(t *testing.T) {
+	m := NewMetrics()
+	for _, readable := range []bool{false, true, false} {
+		m.setKubeletConfigReadable(readable)
+		want := "dra_swap_kubelet_config_readable 0\n"
+		if readable {
+			want = "dra_swap_kubelet_config_readable 1\n"
+		}
+		if page := scrapeHandler(t, m); !strings.Contains(page, want) {
+			t.Errorf("readable=%v: metrics lack %q", readable, want)
+		}
+	}
+}

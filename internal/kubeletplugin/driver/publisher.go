@@ -1,0 +1,323 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+)
+
+// Publisher keeps the node's ResourceSlice in step with the node: it
+// rediscovers the swap facts periodically (and whenever the Node's labels
+// change) and republishes only when the device changed.
+type Publisher struct {
+	NodeName string
+	Policy   swapdevice.Policy
+	// Discover reads the node's current facts.
+	Discover func(ctx context.Context) (discovery.Facts, error)
+	// NodeLabels returns the Node's current labels (nil when unknown).
+	NodeLabels func() map[string]string
+	// Publish hands the resources to the kubelet plugin helper.
+	Publish func(ctx context.Context, resources resourceslice.DriverResources) error
+	// Prepared, if set, returns the swap the node's prepared claims hold;
+	// above the offer, the device gets TaintOvercommitted.
+	Prepared func() (int64, error)
+	// NodeEvent, if set, records an event on the Node. The action names
+	// the taint (taintAction): the events API folds events with the same
+	// regarding object, reason and action into one series that keeps the
+	// first note, so two taints must not share an action.
+	NodeEvent func(eventType, reason, action, message string)
+	// Overcommitted, if set, is told after each check whether the device
+	// carries TaintOvercommitted (for the metrics).
+	Overcommitted func(bool)
+	// ExtraTaints, if set, returns more taints for the device (the
+	// pressure taints), each keeping its TimeAdded while it stays.
+	ExtraTaints func() []resourceapi.DeviceTaint
+	// Now is the clock (time.Now).
+	Now func() time.Time
+
+	// LockPath, if set, is the node's publish lock: a file every plugin
+	// instance on the node locks (flock) before it writes the node's
+	// ResourceSlice. During a rolling update the old and the new instance
+	// run together, and two ResourceSlice controllers publishing one pool
+	// undo each other's writes; so an instance publishes only while it
+	// holds the lock (see TakeOver). Without it, Sync always publishes.
+	LockPath string
+	// LockRetry is how often TakeOver tries the lock (time.Second).
+	LockRetry time.Duration
+	// ReadPublished, if set, returns the node's device as currently
+	// published (nil if none is). TakeOver calls it once it holds the
+	// lock, so the first publish keeps the taints published before.
+	ReadPublished func(ctx context.Context) (*resourceapi.Device, error)
+	// Seed, if set, is handed the published device's taints (see
+	// ReadPublished), for the pressure taints; TaintOvercommitted is
+	// seeded by the publisher itself.
+	Seed func(published []resourceapi.DeviceTaint)
+
+	taints  deviceTaints
+	mu      sync.Mutex
+	state   publishedState
+	kicks   chan struct{}
+	writing chan struct{} // closed once this instance publishes
+	writer  bool
+	unlock  func()
+
+	// configUnreadable is the kubelet configuration's state the writer
+	// told the Node of last (false, readable, before the first sync).
+	configUnreadable bool
+}
+
+// Kick makes Run sync now (a taint came or went).
+func (p *Publisher) Kick() {
+	select {
+	case p.kickChan() <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Publisher) kickChan() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.kicks == nil {
+		p.kicks = make(chan struct{}, 1)
+	}
+	return p.kicks
+}
+
+// Event reasons on the Node.
+const (
+	ReasonOvercommitted     = "SwapOvercommitted"
+	ReasonOvercommitCleared = "SwapOvercommitCleared"
+	// ReasonKubeletConfigUnreadable: the kubelet's swap behavior cannot
+	// be told, published as Unknown; ReasonKubeletConfigRead: it can
+	// again.
+	ReasonKubeletConfigUnreadable = "KubeletConfigUnreadable"
+	ReasonKubeletConfigRead       = "KubeletConfigRead"
+	// actionReadKubeletConfig is those events' action, which no taint
+	// event shares (see NodeEvent).
+	actionReadKubeletConfig = "ReadKubeletConfig"
+)
+
+type publishedState struct {
+	synced bool
+	// published reports that device is what this instance published
+	// last; a sync before this instance became the writer computes the
+	// device (for Offer and Device) without publishing it.
+	published bool
+	device    *resourceapi.Device
+	reason    string
+	facts     discovery.Facts
+}
+
+// Facts returns the facts of the last successful sync.
+func (p *Publisher) Facts() discovery.Facts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.facts
+}
+
+// Device returns the published device (nil before the first sync) and,
+// when it offers no swap, why.
+func (p *Publisher) Device() (*resourceapi.Device, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.device, p.state.reason
+}
+
+// Overcommit returns the value of the device's TaintOvercommitted
+// ("held-768Mi-offered-512Mi") and whether the device carries it: the
+// decision checkOvercommit took at the last sync of the writer.
+func (p *Publisher) Overcommit() (string, bool) {
+	return p.taints.value(TaintOvercommitted)
+}
+
+// Offer returns the swap the published device offers (0 on a node that
+// offers none), or -1 before the first sync.
+func (p *Publisher) Offer() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.state.synced || p.state.device == nil {
+		return -1
+	}
+	if q, ok := p.state.device.Capacity[swapdevice.CapacitySwap]; ok && p.state.reason == "" {
+		return q.Value.Value()
+	}
+	return 0
+}
+
+// Sync discovers the node's facts and publishes them if they changed. It
+// reports whether it published. Not safe for concurrent use: Run calls it
+// from one goroutine.
+func (p *Publisher) Sync(ctx context.Context) (bool, error) {
+	logger := klog.FromContext(ctx)
+	facts, err := p.Discover(ctx)
+	if err != nil {
+		return false, fmt.Errorf("discover swap on node %s: %w", p.NodeName, err)
+	}
+	var labels map[string]string
+	if p.NodeLabels != nil {
+		labels = maps.Clone(p.NodeLabels())
+	}
+	device, reason := swapdevice.Device(facts, labels, p.Policy)
+	writer := p.isWriter()
+	if !writer {
+		// Another instance publishes: know the offer, leave the taints
+		// and their events to the writer.
+		p.mu.Lock()
+		p.state = publishedState{synced: true, device: device, reason: reason, facts: facts}
+		p.mu.Unlock()
+		return false, nil
+	}
+	var offer int64
+	if q, ok := device.Capacity[swapdevice.CapacitySwap]; ok && reason == "" {
+		offer = q.Value.Value()
+	}
+	p.checkOvercommit(ctx, offer)
+	p.checkKubeletConfig(facts)
+	device.Taints = append(device.Taints, p.taints.list()...)
+	if p.ExtraTaints != nil && reason == "" {
+		device.Taints = append(device.Taints, p.ExtraTaints()...)
+	}
+	p.mu.Lock()
+	unchanged := p.state.published && equality.Semantic.DeepEqual(device, p.state.device)
+	if facts.SwapBehaviorProblem != "" && facts.SwapBehaviorProblem != p.state.facts.SwapBehaviorProblem {
+		logger.Info("Cannot tell the kubelet's swap behavior; publishing it as Unknown", "problem", facts.SwapBehaviorProblem)
+	}
+	p.state.facts = facts
+	p.mu.Unlock()
+	if unchanged {
+		return false, nil
+	}
+	if err := p.Publish(ctx, swapdevice.Resources(p.NodeName, device)); err != nil {
+		return false, fmt.Errorf("publish ResourceSlice of node %s: %w", p.NodeName, err)
+	}
+	if reason != "" {
+		logger.Info("Node offers no swap: publishing its device with zero capacity, tainted "+swapdevice.TaintNoUsableSwap, "node", p.NodeName, "reason", reason, "swapBehavior", facts.SwapBehavior)
+	} else {
+		q := device.Capacity[swapdevice.CapacitySwap].Value
+		logger.Info("Publishing swap device", "node", p.NodeName, "offer", q.String(),
+			"totalBytes", facts.TotalBytes, "swapBehavior", facts.SwapBehavior, "cgroupVersion", facts.CgroupVersion, "medium", facts.Medium)
+	}
+	p.mu.Lock()
+	p.state = publishedState{synced: true, published: true, device: device, reason: reason, facts: facts}
+	p.mu.Unlock()
+	return true, nil
+}
+
+// checkOvercommit taints the device while the prepared claims hold more
+// swap than the node offers, telling the Node when it starts and ends.
+func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
+	if p.Prepared == nil {
+		return
+	}
+	prepared, err := p.Prepared()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot read the prepared claims; keeping the overcommit taint as it is")
+		return
+	}
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	if p.Overcommitted != nil {
+		defer func() { p.Overcommitted(p.taints.has(TaintOvercommitted)) }()
+	}
+	if prepared > offer {
+		value := fmt.Sprintf("held-%dMi-offered-%dMi", prepared>>20, offer>>20)
+		if p.taints.set(TaintOvercommitted, value, now()) {
+			msg := fmt.Sprintf("Swap claims prepared on the node hold %s but the node offers %s now (its swap shrank or was turned off): "+
+				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end",
+				quantity(prepared), quantity(offer), TaintOvercommitted)
+			klog.FromContext(ctx).Info("Swap overcommitted: tainting the device", "node", p.NodeName, "prepared", prepared, "offer", offer)
+			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, taintAction("Taint", TaintOvercommitted), msg)
+		}
+		return
+	}
+	if p.taints.clear(TaintOvercommitted) {
+		klog.FromContext(ctx).Info("Swap no longer overcommitted: taint removed", "node", p.NodeName, "prepared", prepared, "offer", offer)
+		p.nodeEvent(corev1.EventTypeNormal, ReasonOvercommitCleared, taintAction("Untaint", TaintOvercommitted), fmt.Sprintf(
+			"The node offers %s of swap again and its swap claims hold %s: taint %s removed", quantity(offer), quantity(prepared), TaintOvercommitted))
+	}
+}
+
+// checkKubeletConfig tells the Node when the kubelet's configuration
+// becomes unreadable (at the first check too) and when it is read again:
+// once per change, not on every rescan; readable from the start is the
+// normal case, worth no event.
+func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
+	unreadable := facts.SwapBehaviorProblem != ""
+	if unreadable == p.configUnreadable {
+		return
+	}
+	p.configUnreadable = unreadable
+	if unreadable {
+		p.nodeEvent(corev1.EventTypeWarning, ReasonKubeletConfigUnreadable, actionReadKubeletConfig, eventmsg.Note(
+			"Cannot tell the kubelet's swap behavior, so the node's swap device is published with swapBehavior %s "+
+				"(the node label %s stays as it is): %s. Point --kubelet-config and --kubelet-config-dir (the chart's "+
+				"kubeletPlugin.kubeletConfig) at where this node keeps the kubelet's configuration", discovery.SwapBehaviorUnknown, podlabels.SwapBehavior, facts.SwapBehaviorProblem))
+		return
+	}
+	p.nodeEvent(corev1.EventTypeNormal, ReasonKubeletConfigRead, actionReadKubeletConfig, eventmsg.Note(
+		"The kubelet's configuration is readable again: swapBehavior %s is published", facts.SwapBehavior))
+}
+
+func (p *Publisher) nodeEvent(eventType, reason, action, message string) {
+	if p.NodeEvent != nil {
+		p.NodeEvent(eventType, reason, action, message)
+	}
+}
+
+// taintAction is an event's action for setting or removing a taint: the
+// verb and the key's name in camel case ("dra.swap/swap-full" →
+// "TaintSwapFull").
+func taintAction(verb, key string) string {
+	name := key[strings.LastIndex(key, "/")+1:]
+	var b strings.Builder
+	b.WriteString(verb)
+	for _, part := range strings.FieldsFunc(name, func(r rune) bool { return r == '-' || r == '.' || r == '_' }) {
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	return b.String()
+}
+
+func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
+
+// Run takes over publishing (TakeOver), then syncs at once, every
+// interval and whenever trigger fires, until ctx ends. Errors are logged
+// and retried at the next tick; the last published slice stays in place
+// meanwhile.
+func (p *Publisher) Run(ctx context.Context, interval time.Duration, trigger <-chan struct{}) {
+	logger := klog.FromContext(ctx)
+	if err := p.TakeOver(ctx); err != nil {
+		return // ctx ended
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	kicks := p.kickChan()
+	for {
+		if _, err := p.Sync(ctx); err != nil {
+			logger.Error(err, "Swap rediscovery failed; keeping the last published state")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-trigger:
+		case <-kicks:
+		}
+	}
+}

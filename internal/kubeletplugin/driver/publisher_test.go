@@ -1,0 +1,168 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+)
+
+func facts(total int64) discovery.Facts {
+	f := discovery.Facts{TotalBytes: total, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true,
+		KernelVersion: "6.8.0", SwapBehavior: discovery.SwapBehaviorNoSwap, BootID: "b"}
+	if total > 0 {
+		f.Devices = []discovery.SwapDevice{{Path: "/dev/sda2", Type: "partition", SizeBytes: total}}
+	}
+	return f
+}
+
+func TestPublisherSync(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	current := facts(1 << 30)
+	var discoverErr error
+	labels := map[string]string{"topology.kubernetes.io/zone": "a"}
+	var published []resourceslice.DriverResources
+	p := &Publisher{
+		NodeName:   "node-a",
+		Policy:     swapdevice.Policy{OvercommitRatio: 1},
+		Discover:   func(context.Context) (discovery.Facts, error) { return current, discoverErr },
+		NodeLabels: func() map[string]string { return labels },
+		Publish: func(_ context.Context, r resourceslice.DriverResources) error {
+			published = append(published, r)
+			return nil
+		},
+	}
+	if err := p.TakeOver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	devices := func(i int) int { return len(published[i].Pools["node-a"].Slices[0].Devices) }
+
+	steps := []struct {
+		name          string
+		change        func()
+		wantPublished bool
+		wantDevices   int
+		wantErr       string
+	}{
+		{name: "first sync publishes", change: func() {}, wantPublished: true, wantDevices: 1},
+		{name: "nothing changed", change: func() {}},
+		{name: "used swap changes nothing published", change: func() { current.UsedBytes = 5 }},
+		{name: "swapon", change: func() { current = facts(2 << 30) }, wantPublished: true, wantDevices: 1},
+		{name: "label change", change: func() { labels = map[string]string{"topology.kubernetes.io/zone": "b"} }, wantPublished: true, wantDevices: 1},
+		{name: "discovery fails", change: func() { discoverErr = errors.New("malformed /proc/swaps") }, wantErr: "malformed /proc/swaps"},
+		{name: "swapoff", change: func() { discoverErr = nil; current = facts(0) }, wantPublished: true, wantDevices: 1},
+	}
+	for _, s := range steps {
+		before := len(published)
+		s.change()
+		got, err := p.Sync(ctx)
+		if s.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), s.wantErr) || !strings.Contains(err.Error(), "node-a") {
+				t.Fatalf("%s: error %v", s.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got != s.wantPublished || (len(published) > before) != s.wantPublished {
+			t.Fatalf("%s: published=%v (calls %d→%d), want %v", s.name, got, before, len(published), s.wantPublished)
+		}
+		if s.wantPublished && devices(len(published)-1) != s.wantDevices {
+			t.Fatalf("%s: %d devices, want %d", s.name, devices(len(published)-1), s.wantDevices)
+		}
+	}
+	if dev, reason := p.Device(); dev == nil || len(dev.Taints) != 1 || !strings.Contains(reason, "no active swap device") {
+		t.Errorf("Device() = %v, %q", dev, reason)
+	}
+}
+
+// When the node's swap shrinks below what its prepared claims hold, the
+// device is tainted so the scheduler allocates no more claims there, and
+// the Node is told; when swap returns, the taint goes.
+func TestPublisherOvercommitTaint(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	current := facts(1 << 30)
+	prepared := int64(768 << 20)
+	var published []resourceslice.DriverResources
+	type event struct{ eventType, reason, action, message string }
+	var events []event
+	p := &Publisher{
+		NodeName: "node-a",
+		Policy:   swapdevice.Policy{OvercommitRatio: 1},
+		Discover: func(context.Context) (discovery.Facts, error) { return current, nil },
+		Publish: func(_ context.Context, r resourceslice.DriverResources) error {
+			published = append(published, r)
+			return nil
+		},
+		Prepared: func() (int64, error) { return prepared, nil },
+		NodeEvent: func(eventType, reason, action, message string) {
+			events = append(events, event{eventType, reason, action, message})
+		},
+	}
+	if err := p.TakeOver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	taints := func() []string {
+		var keys []string
+		for _, tt := range published[len(published)-1].Pools["node-a"].Slices[0].Devices[0].Taints {
+			keys = append(keys, tt.Key+"="+tt.Value+":"+string(tt.Effect))
+		}
+		return keys
+	}
+	sync := func(what string) {
+		t.Helper()
+		if _, err := p.Sync(ctx); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	sync("1Gi offered, 768Mi held")
+	if got := taints(); len(got) != 0 || len(events) != 0 {
+		t.Fatalf("taints %v, events %v; want none", got, events)
+	}
+	if got := p.Offer(); got != 1<<30 {
+		t.Errorf("Offer() = %d", got)
+	}
+	current = facts(512 << 20) // a swap file was turned off
+	sync("512Mi offered")
+	if got := taints(); len(got) != 1 || got[0] != TaintOvercommitted+"=held-768Mi-offered-512Mi:NoSchedule" {
+		t.Fatalf("taints %v, want %s", got, TaintOvercommitted)
+	}
+	if len(events) != 1 || events[0].eventType != "Warning" || events[0].reason != ReasonOvercommitted ||
+		!strings.Contains(events[0].message, "hold 768Mi but the node offers 512Mi") {
+		t.Fatalf("events %+v", events)
+	}
+	n := len(published)
+	sync("nothing changed")
+	if len(published) != n || len(events) != 1 {
+		t.Errorf("an unchanged overcommit republished (%d→%d) or told the Node again (%d events)", n, len(published), len(events))
+	}
+	current = facts(1 << 30)
+	sync("swap is back")
+	if got := taints(); len(got) != 0 {
+		t.Fatalf("taints %v after swap returned", got)
+	}
+	if len(events) != 2 || events[1].reason != ReasonOvercommitCleared || events[0].action != "TaintOvercommitted" || events[1].action != "UntaintOvercommitted" {
+		t.Fatalf("events %+v", events)
+	}
+}
+
+func TestTaintAction(t *testing.T) {
+	for _, tc := range []struct{ verb, key, want string }{
+		{"Taint", "dra.swap/swap-full", "TaintSwapFull"},
+		{"Untaint", "dra.swap/memory-pressure", "UntaintMemoryPressure"},
+		{"Taint", TaintOvercommitted, "TaintOvercommitted"},
+		{"Taint", "plain", "TaintPlain"},
+		{"Taint", "dra.swap/a--b", "TaintAB"},
+	} {
+		if got := taintAction(tc.verb, tc.key); got != tc.want {
+			t.Errorf("taintAction(%q, %q) = %q, want %q", tc.verb, tc.key, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,229 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+)
+
+// resourceSlice is a published slice of driver on node with the given
+// pool and device taints.
+func resourceSlice(name, driver, node, pool string, generation int64, taints ...resourceapi.DeviceTaint) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: driver, NodeName: ptr.To(node),
+			Pool:    resourceapi.ResourcePool{Name: pool, Generation: generation, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: swapdevice.DeviceName, Taints: taints}},
+		},
+	}
+}
+
+// taintStrings are a published device's taints as key=value@time.
+func taintStrings(r resourceslice.DriverResources, pool string) []string {
+	var out []string
+	for _, t := range r.Pools[pool].Slices[0].Devices[0].Taints {
+		s := t.Key + "=" + t.Value
+		if t.TimeAdded != nil {
+			s += "@" + t.TimeAdded.UTC().Format(time.RFC3339)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// A restarted plugin starts from the taints already published: a
+// swap-full taint set by the previous instance stays, with its value and
+// time, until swap use has been below the clear threshold for ClearAfter;
+// an overcommit taint stays without telling the Node again. Slices of
+// other drivers, nodes or pools, and older generations, are not read.
+func TestPublisherKeepsPublishedTaints(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	added := metav1.NewTime(time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC))
+	swapFull := resourceapi.DeviceTaint{Key: pressure.TaintSwapFull, Value: "used-95", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added}
+	overcommitted := resourceapi.DeviceTaint{Key: TaintOvercommitted, Value: "held-768Mi-offered-512Mi", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added}
+	other := resourceapi.DeviceTaint{Key: pressure.TaintMemoryPressure, Value: "full-50.0", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added}
+	client := fake.NewClientset(
+		resourceSlice("current", "dra.swap", "node-a", "node-a", 3, overcommitted, swapFull),
+		resourceSlice("older", "dra.swap", "node-a", "node-a", 2, other),
+		resourceSlice("other-driver", "gpu.example.com", "node-a", "node-a", 9, other),
+		resourceSlice("other-node", "dra.swap", "node-b", "node-b", 9, other),
+		resourceSlice("other-pool", "dra.swap", "node-a", "node-b", 9, other),
+	)
+
+	root := t.TempDir()
+	meminfo := func(usedPercent int64) {
+		t.Helper()
+		const total = 1000000
+		content := "MemTotal: 4000000 kB\nSwapTotal: 1000000 kB\nSwapFree: " + strconv.FormatInt(total-total/100*usedPercent, 10) + " kB\n"
+		if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "proc", "meminfo"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meminfo(85) // between the clear (80%) and set (90%) thresholds
+	cfg := pressure.DefaultConfig()
+	cfg.SetAfter, cfg.ClearAfter = 10*time.Second, 20*time.Second
+	monitor, err := pressure.NewMonitor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := added.Add(time.Hour)
+	var events []string
+	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: filepath.Join(t.TempDir(), "publish.lock"),
+		ReadPublished: func(ctx context.Context) (*resourceapi.Device, error) {
+			return publishedDevice(ctx, client, "dra.swap", "node-a")
+		},
+		Discover:  func(context.Context) (discovery.Facts, error) { return facts(512 << 20), nil },
+		Prepared:  func() (int64, error) { return 768 << 20, nil },
+		NodeEvent: func(_, reason, _, _ string) { events = append(events, reason) },
+		Now:       func() time.Time { return now },
+	}
+	var published []resourceslice.DriverResources
+	p.Publish = func(_ context.Context, r resourceslice.DriverResources) error {
+		published = append(published, r)
+		return nil
+	}
+	w := &pressureWatcher{source: pressure.Source{Root: root}, monitor: monitor, metrics: NewMetrics(),
+		nodeEvent: p.NodeEvent, kick: func() {}, now: func() time.Time { return now }}
+	p.ExtraTaints = w.taints
+	p.Seed = func(published []resourceapi.DeviceTaint) { w.seed(published) }
+
+	if err := p.TakeOver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	resync := func(what string) {
+		t.Helper()
+		if _, err := p.Sync(ctx); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	resync("first publish after the restart")
+	want := []string{TaintOvercommitted + "=held-768Mi-offered-512Mi@2026-11-25T09:00:00Z", pressure.TaintSwapFull + "=used-95@2026-11-25T09:00:00Z"}
+	if len(published) != 1 || !slices.Equal(taintStrings(published[0], "node-a"), want) {
+		t.Fatalf("published %v, want one publish with taints %v", published, want)
+	}
+	if len(events) != 0 {
+		t.Errorf("the restart told the Node again: %v", events)
+	}
+	// Swap use in the band keeps the taint; below the clear threshold it
+	// goes after ClearAfter, by the usual rule.
+	for _, step := range []struct {
+		usedPercent int64
+		after       time.Duration
+		want        bool
+	}{
+		{85, 0, true}, {85, 30 * time.Second, true}, {10, 10 * time.Second, true}, {10, 10 * time.Second, true}, {10, 20 * time.Second, false},
+	} {
+		meminfo(step.usedPercent)
+		now = now.Add(step.after)
+		w.step(ctx)
+		resync("after a sample")
+		got := taintStrings(published[len(published)-1], "node-a")
+		if has := slices.Contains(got, want[1]); has != step.want {
+			t.Fatalf("%d%% used after %v: taints %v, want swap-full %v", step.usedPercent, step.after, got, step.want)
+		}
+	}
+	if !slices.Equal(events, []string{ReasonPressureCleared}) {
+		t.Errorf("events %v, want only the clear", events)
+	}
+}
+
+// One writer per slice: of two publishers on one node (a rolling update),
+// only the one holding the publish lock publishes; the other computes the
+// offer but publishes nothing until the first gives the lock up, then it
+// starts from what the first published.
+func TestPublisherOneWriter(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	lock := filepath.Join(t.TempDir(), "publish.lock")
+	total := int64(1 << 30)
+	var mu sync.Mutex            // the API's lock
+	var last *resourceapi.Device // what the API holds
+	type counted struct {
+		p     *Publisher
+		calls int
+	}
+	newPublisher := func() *counted {
+		c := &counted{}
+		c.p = &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: lock, LockRetry: time.Millisecond,
+			Discover: func(context.Context) (discovery.Facts, error) { return facts(total), nil },
+			ReadPublished: func(context.Context) (*resourceapi.Device, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return last, nil
+			},
+			Publish: func(_ context.Context, r resourceslice.DriverResources) error {
+				mu.Lock()
+				defer mu.Unlock()
+				c.calls++
+				last = &r.Pools["node-a"].Slices[0].Devices[0]
+				return nil
+			},
+		}
+		return c
+	}
+	old, updated := newPublisher(), newPublisher()
+	if err := old.p.TakeOver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The lock is held: a take-over that may not wait fails.
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := updated.p.TakeOver(canceled); err == nil {
+		t.Fatal("the new instance took over while the old one holds the publish lock")
+	}
+	tookOver := make(chan error, 1)
+	go func() { tookOver <- updated.p.TakeOver(ctx) }()
+	for i, size := range []int64{1 << 30, 2 << 30, 3 << 30} {
+		total = size
+		for _, c := range []*counted{old, updated} {
+			if _, err := c.p.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if old.calls != i+1 || updated.calls != 0 {
+			t.Fatalf("swap %d: publishes old %d, new %d; want %d and 0", size, old.calls, updated.calls, i+1)
+		}
+		if got := updated.p.Offer(); got != size {
+			t.Errorf("the waiting instance's offer is %d, want %d", got, size)
+		}
+	}
+	select {
+	case <-updated.p.Writing():
+		t.Fatal("the new instance became a writer while the old one holds the lock")
+	default:
+	}
+	old.p.Close()
+	if err := <-tookOver; err != nil {
+		t.Fatal(err)
+	}
+	<-updated.p.Writing()
+	for _, c := range []*counted{old, updated} {
+		if _, err := c.p.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if old.calls != 3 || updated.calls != 1 {
+		t.Errorf("after the old instance closed: publishes old %d, new %d; want 3 and 1", old.calls, updated.calls)
+	}
+	updated.p.Close()
+}

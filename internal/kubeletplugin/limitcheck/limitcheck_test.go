@@ -1,0 +1,377 @@
+package limitcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+)
+
+const (
+	mi       = int64(1) << 20
+	group    = "/kubepods/burstable/pod1/ctr1"
+	claimA   = "aaaaaaaa-0000-4000-8000-000000000001"
+	claimB   = "bbbbbbbb-0000-4000-8000-000000000002"
+	podUID   = "cccccccc-0000-4000-8000-000000000003"
+	ctrID    = "0123456789abcdef"
+	otherCtr = "fedcba9876543210"
+)
+
+type report struct {
+	restored    bool
+	pod         bool
+	found, want int64
+	trigger     string
+	err         error
+}
+
+type fakeReporter struct{ reports []report }
+
+func (f *fakeReporter) Restored(_ context.Context, d Drift) {
+	f.reports = append(f.reports, report{restored: true, pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger})
+}
+
+func (f *fakeReporter) NotRestored(_ context.Context, d Drift, err error) {
+	f.reports = append(f.reports, report{pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger, err: err})
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// node is a hook state directory and a cgroup tree with one container.
+type node struct {
+	stateDir, cgroupRoot, file string
+	version                    int
+}
+
+func newNode(t *testing.T, version int, shares ...int64) node {
+	t.Helper()
+	n := node{stateDir: t.TempDir(), cgroupRoot: t.TempDir(), version: version}
+	switch version {
+	case 1:
+		dir := filepath.Join(n.cgroupRoot, "memory", group)
+		write(t, filepath.Join(dir, "memory.limit_in_bytes"), "134217728\n")
+		n.file = filepath.Join(dir, "memory.memsw.limit_in_bytes")
+	case 2:
+		write(t, filepath.Join(n.cgroupRoot, "cgroup.controllers"), "memory\n")
+		n.file = filepath.Join(n.cgroupRoot, group, "memory.swap.max")
+	}
+	dir := filepath.Join(n.stateDir, ctrID)
+	c := hookstate.Container{ID: ctrID, CgroupVersion: version, CgroupGroup: group, Namespace: "ns", Pod: "p", PodUID: podUID, Name: "worker"}
+	if err := hookstate.WriteContainer(dir, c); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range shares {
+		if err := hookstate.Record(dir, []string{claimA, claimB}[i], hookstate.Share{SwapLimit: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name        string
+		version     int
+		shares      []int64
+		cgroupValue string // what the cgroup file holds before the check
+		want        Outcome
+		wantFile    string
+		wantReport  *report
+	}{
+		{name: "v1 held", version: 1, shares: []int64{100 * mi}, cgroupValue: "239075328", want: Held, wantFile: "239075328"},
+		{name: "v1 after a resize: memsw equals the memory limit", version: 1, shares: []int64{100 * mi}, cgroupValue: "134217728",
+			want: Restored, wantFile: "239075328", wantReport: &report{restored: true, found: 0, want: 100 * mi, trigger: "test"}},
+		{name: "v1 two claims add up", version: 1, shares: []int64{100 * mi, 28 * mi}, cgroupValue: "134217728",
+			want: Restored, wantFile: "268435456", wantReport: &report{restored: true, found: 0, want: 128 * mi, trigger: "test"}},
+		{name: "v2 held", version: 2, shares: []int64{64 * mi}, cgroupValue: "67108864", want: Held, wantFile: "67108864"},
+		{name: "v2 rewritten by hand", version: 2, shares: []int64{64 * mi}, cgroupValue: "max",
+			want: Restored, wantFile: "67108864", wantReport: &report{restored: true, found: -1, want: 64 * mi, trigger: "test"}},
+		{name: "v2 kubelet's NoSwap value", version: 2, shares: []int64{64 * mi}, cgroupValue: "0",
+			want: Restored, wantFile: "67108864", wantReport: &report{restored: true, found: 0, want: 64 * mi, trigger: "test"}},
+		{name: "container record without a share yet", version: 2, cgroupValue: "0", want: Held, wantFile: "0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, tc.version, tc.shares...)
+			write(t, n.file, tc.cgroupValue+"\n")
+			rep := &fakeReporter{}
+			v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+			got, err := v.Check(context.Background(), ctrID, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("outcome %s, want %s", got, tc.want)
+			}
+			if f := read(t, n.file); f != tc.wantFile {
+				t.Errorf("%s = %s, want %s", filepath.Base(n.file), f, tc.wantFile)
+			}
+			switch {
+			case tc.wantReport == nil && len(rep.reports) > 0:
+				t.Errorf("reports %+v, want none", rep.reports)
+			case tc.wantReport != nil && (len(rep.reports) != 1 || rep.reports[0] != *tc.wantReport):
+				t.Errorf("reports %+v, want %+v", rep.reports, *tc.wantReport)
+			}
+		})
+	}
+}
+
+// The pod's budget, kept in the container's parent cgroup when its
+// containers share a claim, is held like the container's own limit.
+func TestCheckPodBudget(t *testing.T) {
+	for _, version := range []int{1, 2} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			n := newNode(t, version)
+			dir := filepath.Join(n.stateDir, ctrID)
+			c, err := hookstate.ReadContainer(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.PodCgroupGroup = filepath.Dir(group)
+			if err := hookstate.WriteContainer(dir, c); err != nil {
+				t.Fatal(err)
+			}
+			if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{SwapLimit: 100 * mi, PodSwapLimit: ptr.To(100 * mi)}); err != nil {
+				t.Fatal(err)
+			}
+			podFile, podWant := filepath.Join(n.cgroupRoot, filepath.Dir(group), "memory.swap.max"), "104857600"
+			if version == 1 {
+				podDir := filepath.Join(n.cgroupRoot, "memory", filepath.Dir(group))
+				write(t, filepath.Join(podDir, "memory.limit_in_bytes"), "268435456\n")
+				podFile, podWant = filepath.Join(podDir, "memory.memsw.limit_in_bytes"), "373293056"
+				write(t, n.file, "239075328\n")
+			} else {
+				write(t, n.file, "104857600\n")
+			}
+			write(t, podFile, "max\n") // systemd's daemon-reload put the default back
+			rep := &fakeReporter{}
+			v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+			got, err := v.Check(context.Background(), ctrID, "test")
+			if err != nil || got != Restored {
+				t.Fatalf("Check = %s, %v; want restored", got, err)
+			}
+			if f := read(t, podFile); f != podWant {
+				t.Errorf("pod %s = %s, want %s", filepath.Base(podFile), f, podWant)
+			}
+			if len(rep.reports) != 1 || !rep.reports[0].pod || rep.reports[0].want != 100*mi {
+				t.Errorf("reports %+v, want one restore of the pod budget", rep.reports)
+			}
+			if got, err := v.Check(context.Background(), ctrID, "test"); err != nil || got != Held {
+				t.Errorf("second Check = %s, %v; want held", got, err)
+			}
+		})
+	}
+}
+
+func TestCheckNotRestored(t *testing.T) {
+	// cgroup v1 refuses a container without a memory limit: the drift is
+	// reported with the reason, and the file is left alone.
+	n := newNode(t, 1, 100*mi)
+	write(t, filepath.Join(n.cgroupRoot, "memory", group, "memory.limit_in_bytes"), "9223372036854771712\n")
+	write(t, n.file, "9223372036854771712\n")
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+	got, err := v.Check(context.Background(), ctrID, "test")
+	if got != Failed || err == nil || !strings.Contains(err.Error(), "no memory limit") {
+		t.Fatalf("outcome %s, error %v; want failed naming the missing memory limit", got, err)
+	}
+	if len(rep.reports) != 1 || rep.reports[0].restored || rep.reports[0].err == nil || rep.reports[0].want != 100*mi {
+		t.Errorf("reports %+v, want one NotRestored with the error", rep.reports)
+	}
+}
+
+func TestCheckUnknownAndGone(t *testing.T) {
+	n := newNode(t, 2, 64*mi)
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+	// A container the hook never saw is not the driver's.
+	if got, err := v.Check(context.Background(), otherCtr, "test"); got != Held || err != nil {
+		t.Errorf("unknown container: %s, %v; want held", got, err)
+	}
+	// A path in a container ID never reaches the file system.
+	if got, err := v.Check(context.Background(), "../etc", "test"); got != Failed || err == nil {
+		t.Errorf("container id ../etc: %s, %v; want an error", got, err)
+	}
+	// No cgroup directory: the container is gone, nothing to report.
+	if got, err := v.Check(context.Background(), ctrID, "test"); got != Gone || err != nil {
+		t.Errorf("container without a cgroup: %s, %v; want gone", got, err)
+	}
+	if len(rep.reports) > 0 {
+		t.Errorf("reports %+v, want none", rep.reports)
+	}
+}
+
+func TestCheckMalformedRecord(t *testing.T) {
+	n := newNode(t, 2, 64*mi)
+	write(t, n.file, "0\n")
+	write(t, filepath.Join(n.stateDir, ctrID, claimB), "{not json")
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: &fakeReporter{}}
+	got, err := v.Check(context.Background(), ctrID, "test")
+	if got != Failed || err == nil || !strings.Contains(err.Error(), claimB) {
+		t.Errorf("malformed share: %s, %v; want an error naming the file", got, err)
+	}
+	if f := read(t, n.file); f != "0" {
+		t.Errorf("memory.swap.max = %s after a malformed record; want it untouched", f)
+	}
+}
+
+func TestCheckAllRemovesRecordsOfGoneContainers(t *testing.T) {
+	n := newNode(t, 2, 64*mi)
+	write(t, n.file, "max\n")
+	// A second container whose cgroup is gone and whose poststop never ran.
+	gone := hookstate.Container{ID: otherCtr, CgroupVersion: 2, CgroupGroup: "/kubepods/burstable/pod1/ctr2"}
+	goneDir := filepath.Join(n.stateDir, otherCtr)
+	if err := hookstate.WriteContainer(goneDir, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := hookstate.Record(goneDir, claimA, hookstate.Share{SwapLimit: mi}); err != nil {
+		t.Fatal(err)
+	}
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+
+	// Young records stay: the hook may be creating that container now.
+	sum, err := v.CheckAll(context.Background(), "test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != (Summary{Restored: 1}) {
+		t.Errorf("first pass %+v, want one restored", sum)
+	}
+	if _, err := os.Stat(goneDir); err != nil {
+		t.Errorf("young records of a gone container removed: %v", err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(goneDir, old, old); err != nil {
+		t.Fatal(err)
+	}
+	sum, err = v.CheckAll(context.Background(), "test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != (Summary{Held: 1, Removed: 1}) {
+		t.Errorf("second pass %+v, want one held, one removed", sum)
+	}
+	if _, err := os.Stat(goneDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("records of a gone container still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(n.stateDir, ctrID, hookstate.ContainerFile)); err != nil {
+		t.Errorf("records of a live container: %v", err)
+	}
+}
+
+// Containers of one pod may record different budgets (claims prepared in
+// different kubelet calls): the pod's cgroup holds one, the largest, and
+// the verifier writes it once, not once per container, the last one
+// winning and every pass "restoring" it again.
+func TestOneBudgetPerPod(t *testing.T) {
+	const otherGroup = "/kubepods/burstable/pod1/ctr2"
+	podGroup := filepath.Dir(group)
+	n := newNode(t, 2)
+	for id, s := range map[string]struct {
+		group          string
+		limit, podSwap int64
+	}{ctrID: {group, 100 * mi, 100 * mi}, otherCtr: {otherGroup, 300 * mi, 300 * mi}} {
+		dir := filepath.Join(n.stateDir, id)
+		c := hookstate.Container{ID: id, CgroupVersion: 2, CgroupGroup: s.group, PodCgroupGroup: podGroup, Namespace: "ns", Pod: "p", PodUID: podUID, Name: id}
+		if err := hookstate.WriteContainer(dir, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{SwapLimit: s.limit, PodSwapLimit: ptr.To(s.podSwap)}); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(n.cgroupRoot, s.group, "memory.swap.max"), fmt.Sprint(s.limit)+"\n")
+	}
+	podFile := filepath.Join(n.cgroupRoot, podGroup, "memory.swap.max")
+	write(t, podFile, "max\n")
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep}
+	ctx := context.Background()
+
+	sum, err := v.CheckAll(ctx, "test", time.Hour)
+	if err != nil || sum != (Summary{Held: 1, Restored: 1}) {
+		t.Errorf("first pass %+v, %v; want one held, one restored", sum, err)
+	}
+	if f := read(t, podFile); f != fmt.Sprint(300*mi) {
+		t.Errorf("pod memory.swap.max = %s, want the largest budget %d", f, 300*mi)
+	}
+	if len(rep.reports) != 1 || !rep.reports[0].pod || rep.reports[0].want != 300*mi {
+		t.Errorf("first pass reports %+v, want one restore of the pod's 300Mi", rep.reports)
+	}
+	rep.reports = nil
+	for i := range 3 {
+		sum, err := v.CheckAll(ctx, "test", time.Hour)
+		if err != nil || sum != (Summary{Held: 2}) {
+			t.Errorf("pass %d: %+v, %v; want both held", i+2, sum, err)
+		}
+		for _, id := range []string{ctrID, otherCtr} {
+			if got, err := v.Check(ctx, id, "test"); got != Held || err != nil {
+				t.Errorf("pass %d: Check(%s) = %s, %v; want held", i+2, id, got, err)
+			}
+		}
+	}
+	if f := read(t, podFile); f != fmt.Sprint(300*mi) || len(rep.reports) > 0 {
+		t.Errorf("after repeated passes: pod memory.swap.max = %s, reports %+v; want 300Mi and none", f, rep.reports)
+	}
+}
+
+// While the hook changes a container's records and applies them (under
+// hookstate.Lock), the records may already say what the cgroup does not
+// yet hold: the verifier does not take that for drift, and writes nothing.
+func TestCheckWhileTheHookWrites(t *testing.T) {
+	n := newNode(t, 2, 100*mi)
+	write(t, n.file, fmt.Sprint(100*mi)+"\n")
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep, LockWait: time.Nanosecond}
+	ctx := context.Background()
+
+	// The hook of a second claim, half-way: its share is recorded, the
+	// container's sum not yet written.
+	unlock, err := hookstate.Lock(n.stateDir, hookstate.DefaultWriteLockWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hookstate.Record(filepath.Join(n.stateDir, ctrID), claimB, hookstate.Share{SwapLimit: 200 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := v.Check(ctx, ctrID, "update"); got != Busy || err != nil {
+		t.Errorf("Check while the hook writes = %s, %v; want busy", got, err)
+	}
+	if sum, err := v.CheckAll(ctx, "interval", time.Minute); sum != (Summary{Busy: 1}) || err != nil {
+		t.Errorf("CheckAll while the hook writes = %+v, %v; want one busy", sum, err)
+	}
+	if f := read(t, n.file); f != fmt.Sprint(100*mi) || len(rep.reports) > 0 {
+		t.Errorf("while the hook writes: memory.swap.max = %s, reports %+v; want untouched, none", f, rep.reports)
+	}
+	// The hook applies the sum and lets go.
+	write(t, n.file, fmt.Sprint(300*mi)+"\n")
+	unlock()
+	if got, err := v.Check(ctx, ctrID, "update"); got != Held || err != nil || len(rep.reports) > 0 {
+		t.Errorf("Check after the hook = %s, %v, reports %+v; want held, none", got, err, rep.reports)
+	}
+}

@@ -1,0 +1,178 @@
+package nri
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
+)
+
+type fakeVerifier struct {
+	mu     sync.Mutex
+	checks []string
+	all    []string
+}
+
+func (f *fakeVerifier) Check(_ context.Context, id, trigger string) (limitcheck.Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.checks = append(f.checks, id+"/"+trigger)
+	return limitcheck.Held, nil
+}
+
+func (f *fakeVerifier) CheckAll(_ context.Context, trigger string, _ time.Duration) (limitcheck.Summary, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.all = append(f.all, trigger)
+	return limitcheck.Summary{}, nil
+}
+
+func (f *fakeVerifier) seen() ([]string, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.checks...), append([]string(nil), f.all...)
+}
+
+// TestWithTheRuntimeSide runs the plugin against NRI's own runtime side
+// (the package containerd embeds) over a real socket: it registers, is
+// synchronized, adjusts a new container, corrects an update and verifies
+// after it; a second instance waits for the first's lock and registers
+// once it stops. (A runtime restart, which closes the connection, is an e2e
+// scenario: the in-process runtime side does not close its plugins'
+// connections when stopped.)
+func TestWithTheRuntimeSide(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nri") // a socket path must be short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "nri.sock")
+	stateDir := filepath.Join(dir, "hook")
+	ctrDir := filepath.Join(stateDir, "ctr")
+	if err := hookstate.WriteContainer(ctrDir, hookstate.Container{ID: "ctr", CgroupVersion: 2, CgroupGroup: "/kubepods/pod1/ctr"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hookstate.Record(ctrDir, uidA, hookstate.Share{SwapLimit: 100 * mi}); err != nil {
+		t.Fatal(err)
+	}
+
+	startRuntime := func() *adaptation.Adaptation {
+		t.Helper()
+		sync := func(ctx context.Context, cb adaptation.SyncCB) error {
+			_, err := cb(ctx, nil, nil)
+			return err
+		}
+		update := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+			return nil, nil
+		}
+		r, err := adaptation.New("test-runtime", "v0", sync, update,
+			adaptation.WithSocketPath(socket), adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
+			adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	runtime := startRuntime()
+
+	ver := &fakeVerifier{}
+	lock := filepath.Join(dir, "nri.lock")
+	p := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: ver, Retry: 50 * time.Millisecond, LockPath: lock}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+		runtime.Stop()
+	})
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting until %s: %v (status %q)", what, err, p.Status())
+		}
+	}
+	waitFor("the plugin is registered and synchronized", func() bool { _, all := ver.seen(); return p.Connected() && len(all) == 1 })
+
+	pod := &api.PodSandbox{Id: "pod1", Name: "p", Namespace: "ns", Uid: "cccccccc-0000-4000-8000-000000000003"}
+	created, err := runtime.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: container(128*mi, applyHook(uidA, "104857600"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := created.GetAdjust().GetLinux().GetResources().GetUnified()["memory.swap.max"]; got != "104857600" {
+		t.Errorf("create: memory.swap.max in the adjusted spec %q, want 104857600", got)
+	}
+
+	// The kubelet's resize update carries its own swap value (0 under
+	// NoSwap); the plugin replaces it and keeps the new memory limit.
+	ctr := container(192*mi, applyHook(uidA, "104857600"))
+	ctr.State = api.ContainerState_CONTAINER_RUNNING
+	updated, err := runtime.UpdateContainer(ctx, &api.UpdateContainerRequest{Pod: pod, Container: ctr, LinuxResources: &api.LinuxResources{
+		Memory:  &api.LinuxMemory{Limit: api.Int64(192 * mi)},
+		Unified: map[string]string{"memory.swap.max": "0"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own *api.ContainerUpdate
+	for _, u := range updated.GetUpdate() {
+		if u.GetContainerId() == "ctr" {
+			own = u
+		}
+	}
+	res := own.GetLinux().GetResources()
+	if got := res.GetUnified()["memory.swap.max"]; got != "104857600" {
+		t.Errorf("update: memory.swap.max %q, want 104857600 (updates %v)", got, updated.GetUpdate())
+	}
+	if l := res.GetMemory().GetLimit(); l == nil || l.GetValue() != 192*mi {
+		t.Errorf("update: the memory limit of the resize was lost: %v", res.GetMemory())
+	}
+	if err := runtime.PostUpdateContainer(ctx, &api.PostUpdateContainerRequest{Pod: pod, Container: ctr}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the container is verified after the update", func() bool { checks, _ := ver.seen(); return len(checks) == 1 && checks[0] == "ctr/update" })
+
+	// A second instance (a rolling update) waits for the first's lock
+	// instead of registering beside it: two plugins setting the same
+	// field would fail every container's creation.
+	second := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: &fakeVerifier{}, Retry: 50 * time.Millisecond, LockPath: lock}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan struct{})
+	go func() { defer close(done2); second.Run(ctx2) }()
+	t.Cleanup(func() { cancel2(); <-done2 })
+	waitFor("the second instance waits for the lock", func() bool {
+		return strings.Contains(second.Status(), "waiting for another plugin instance")
+	})
+	if second.Connected() {
+		t.Fatal("the second instance registered while the first holds the lock")
+	}
+	cancel()
+	<-done
+	stopped = true
+	waitFor("the second instance registers once the first stopped", second.Connected)
+	created, err = runtime.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: container(128*mi, applyHook(uidA, "1048576"))})
+	if err != nil {
+		t.Fatalf("create with the second instance: %v", err)
+	}
+	if got := created.GetAdjust().GetLinux().GetResources().GetUnified()["memory.swap.max"]; got != "1048576" {
+		t.Errorf("create with the second instance: memory.swap.max %q, want 1048576", got)
+	}
+
+}

@@ -1,0 +1,199 @@
+// Package swapdevice turns a node's swap facts into the ResourceSlice content
+// that the kubelet plugin publishes: one pool named after the node with at
+// most one shareable device, "swap", whose consumable capacity is the swap
+// offered to workloads. It is pure: no I/O, so every decision is unit-tested.
+package swapdevice
+
+import (
+	"fmt"
+	"math"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+)
+
+const (
+	// DeviceName is the name of the one device in each node's pool.
+	DeviceName = "swap"
+	// CapacitySwap is the consumable capacity that claims request.
+	CapacitySwap resourceapi.QualifiedName = "swap"
+	// Step is the allocation granularity: requests are rounded up to a
+	// multiple of it and every published quantity is a multiple of it.
+	Step int64 = 1 << 20
+	// DefaultRequestBytes is the swap a claim gets when its request names
+	// no capacity.
+	DefaultRequestBytes int64 = 1 << 30
+)
+
+// Attribute names, in the driver's domain unless fully qualified.
+const (
+	AttrSwapBehavior  resourceapi.QualifiedName = "swapBehavior"
+	AttrTotalBytes    resourceapi.QualifiedName = "totalBytes"
+	AttrDevices       resourceapi.QualifiedName = "devices"
+	AttrMedium        resourceapi.QualifiedName = "medium"
+	AttrZswap         resourceapi.QualifiedName = "zswap"
+	AttrCgroupVersion resourceapi.QualifiedName = "cgroupVersion"
+	AttrKernelVersion resourceapi.QualifiedName = "kernelVersion"
+	AttrTmpfsNoswap   resourceapi.QualifiedName = "tmpfsNoswap"
+	// AttrSwapLimitExact is true where a container's swap limit bounds
+	// its swap alone (cgroup v2 memory.swap.max), false where it bounds
+	// memory and swap together (v1 memory.memsw.limit_in_bytes = memory
+	// limit + claim: global reclaim may swap out up to the memory limit on
+	// top of the claim).
+	AttrSwapLimitExact resourceapi.QualifiedName = "swapLimitExact"
+	// AttrUsable is false on a node that offers no swap.
+	AttrUsable resourceapi.QualifiedName = "usable"
+)
+
+// TaintNoUsableSwap taints the device of a node that offers no swap.
+const TaintNoUsableSwap = "dra.swap/no-usable-swap"
+
+// TopologyLabels are the Node labels copied onto the device as fully
+// qualified attributes, so DeviceClass and claim selectors can use them.
+var TopologyLabels = []string{
+	"topology.kubernetes.io/zone",
+	"topology.kubernetes.io/region",
+	"kubernetes.io/hostname",
+}
+
+// Policy is the admin's configuration of what a node offers.
+type Policy struct {
+	// OvercommitRatio multiplies the node's active swap (default 1.0).
+	// Above 1 the sum of the limits may exceed the swap that exists,
+	// which is safe as long as workloads rarely use their whole limit.
+	OvercommitRatio float64
+	// ReservedBytes is kept back for system daemons and subtracted after
+	// the ratio.
+	ReservedBytes int64
+	// DefaultRequestBytes is granted to a request without a capacity
+	// (1Gi when zero); capped at the offer.
+	DefaultRequestBytes int64
+}
+
+// Validate checks the policy's values.
+func (p Policy) Validate() error {
+	if math.IsNaN(p.OvercommitRatio) || math.IsInf(p.OvercommitRatio, 0) || p.OvercommitRatio <= 0 || p.OvercommitRatio > 100 {
+		return fmt.Errorf("overcommit ratio %v must be greater than 0 and at most 100", p.OvercommitRatio)
+	}
+	if p.ReservedBytes < 0 {
+		return fmt.Errorf("reserved swap %d must not be negative", p.ReservedBytes)
+	}
+	if p.DefaultRequestBytes < 0 {
+		return fmt.Errorf("default swap request %d must not be negative", p.DefaultRequestBytes)
+	}
+	return nil
+}
+
+// Offer is the swap, in bytes and a multiple of Step, that the node offers
+// to workloads: total active swap × ratio − reserve, rounded down. It is
+// zero when nothing is left.
+func (p Policy) Offer(totalBytes int64) int64 {
+	scaled := float64(totalBytes) * p.OvercommitRatio
+	if scaled >= math.MaxInt64/2 {
+		scaled = math.MaxInt64 / 2
+	}
+	offer := int64(scaled) - p.ReservedBytes
+	if offer < Step {
+		return 0
+	}
+	return offer / Step * Step
+}
+
+// Device returns the node's swap device. A node that offers swap gets a
+// shareable device whose consumable "swap" capacity is the offer. A node
+// that offers none still gets the device, so that its attributes (the
+// kubelet's swap behavior above all) reach the controller and DeviceClass
+// selectors, but with zero capacity, usable=false and the NoSchedule taint
+// TaintNoUsableSwap, so the scheduler never allocates it; the returned
+// reason says why it is unusable ("" when usable).
+func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*resourceapi.Device, string) {
+	attrs := attributes(facts, nodeLabels)
+	offer := int64(0)
+	reason := ""
+	if ok, why := facts.Usable(); !ok {
+		reason = why
+	} else if offer = p.Offer(facts.TotalBytes); offer == 0 {
+		reason = fmt.Sprintf("nothing left to offer: %d bytes of swap × overcommit ratio %v minus %d reserved bytes is less than %d bytes",
+			facts.TotalBytes, p.OvercommitRatio, p.ReservedBytes, Step)
+	}
+	attrs[AttrUsable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(reason == "")}
+	device := &resourceapi.Device{
+		Name:                     DeviceName,
+		AllowMultipleAllocations: ptr.To(true),
+		Attributes:               attrs,
+	}
+	if reason != "" {
+		// No request policy: its range could not be valid with zero
+		// capacity. The taint keeps claims away; prepare refuses a claim
+		// that tolerates it, because it would consume 0 bytes.
+		device.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			CapacitySwap: {Value: *resource.NewQuantity(0, resource.BinarySI)},
+		}
+		device.Taints = []resourceapi.DeviceTaint{{
+			Key:    TaintNoUsableSwap,
+			Effect: resourceapi.DeviceTaintEffectNoSchedule,
+		}}
+		return device, reason
+	}
+	def := p.DefaultRequestBytes
+	if def == 0 {
+		def = DefaultRequestBytes
+	}
+	def = min(max(def/Step*Step, Step), offer)
+	device.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		CapacitySwap: {
+			Value: *resource.NewQuantity(offer, resource.BinarySI),
+			RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default: resource.NewQuantity(def, resource.BinarySI),
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{
+					Min:  resource.NewQuantity(Step, resource.BinarySI),
+					Max:  resource.NewQuantity(offer, resource.BinarySI),
+					Step: resource.NewQuantity(Step, resource.BinarySI),
+				},
+			},
+		},
+	}
+	return device, ""
+}
+
+// attributes are the device attributes every node publishes, usable or not.
+func attributes(facts discovery.Facts, nodeLabels map[string]string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		AttrSwapBehavior:  {StringValue: ptr.To(facts.SwapBehavior)},
+		AttrTotalBytes:    {IntValue: ptr.To(facts.TotalBytes)},
+		AttrDevices:       {IntValue: ptr.To(int64(len(facts.Devices)))},
+		AttrMedium:        {StringValue: ptr.To(string(facts.Medium))},
+		AttrZswap:         {BoolValue: ptr.To(facts.Zswap)},
+		AttrCgroupVersion: {IntValue: ptr.To(int64(facts.CgroupVersion))},
+		AttrTmpfsNoswap:   {BoolValue: ptr.To(facts.TmpfsNoswap)},
+		// Only cgroup v2 has a limit on swap alone.
+		AttrSwapLimitExact: {BoolValue: ptr.To(facts.CgroupVersion == 2)},
+	}
+	if facts.KernelVersion != "" {
+		attrs[AttrKernelVersion] = resourceapi.DeviceAttribute{VersionValue: ptr.To(facts.KernelVersion)}
+	}
+	for _, label := range TopologyLabels {
+		if v, ok := nodeLabels[label]; ok && v != "" {
+			attrs[resourceapi.QualifiedName(label)] = resourceapi.DeviceAttribute{StringValue: ptr.To(v)}
+		}
+	}
+	return attrs
+}
+
+// Resources is what the plugin publishes for its node: one pool named
+// after the node with one slice holding the swap device (nil: no device).
+func Resources(nodeName string, device *resourceapi.Device) resourceslice.DriverResources {
+	var devices []resourceapi.Device
+	if device != nil {
+		devices = []resourceapi.Device{*device}
+	}
+	return resourceslice.DriverResources{
+		Pools: map[string]resourceslice.Pool{
+			nodeName: {Slices: []resourceslice.Slice{{Devices: devices}}},
+		},
+	}
+}

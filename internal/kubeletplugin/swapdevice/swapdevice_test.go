@@ -1,0 +1,254 @@
+package swapdevice
+
+import (
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+)
+
+const (
+	mi = int64(1) << 20
+	gi = int64(1) << 30
+)
+
+func TestPolicyOffer(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy Policy
+		total  int64
+		want   int64
+	}{
+		{name: "ratio 1", policy: Policy{OvercommitRatio: 1}, total: 4 * gi, want: 4 * gi},
+		{name: "rounded down to MiB", policy: Policy{OvercommitRatio: 1}, total: 4*gi + 4096, want: 4 * gi},
+		{name: "swap file size in KiB", policy: Policy{OvercommitRatio: 1}, total: 2*gi - 4096, want: 2*gi - mi},
+		{name: "overcommit 1.5", policy: Policy{OvercommitRatio: 1.5}, total: 4 * gi, want: 6 * gi},
+		{name: "undercommit and reserve", policy: Policy{OvercommitRatio: 0.5, ReservedBytes: 512 * mi}, total: 4 * gi, want: 1536 * mi},
+		{name: "reserve eats all", policy: Policy{OvercommitRatio: 1, ReservedBytes: 4 * gi}, total: 4 * gi, want: 0},
+		{name: "less than a step", policy: Policy{OvercommitRatio: 1}, total: mi - 1, want: 0},
+		{name: "no swap", policy: Policy{OvercommitRatio: 1}, total: 0, want: 0},
+		{name: "huge ratio does not overflow", policy: Policy{OvercommitRatio: 100}, total: 1 << 61, want: 1 << 62},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.policy.Offer(tc.total)
+			if got != tc.want {
+				t.Fatalf("Offer(%d) = %d, want %d", tc.total, got, tc.want)
+			}
+			if got%Step != 0 || got < 0 {
+				t.Fatalf("Offer(%d) = %d is not a non-negative multiple of %d", tc.total, got, Step)
+			}
+		})
+	}
+}
+
+func TestPolicyValidate(t *testing.T) {
+	for _, tc := range []struct {
+		policy  Policy
+		wantErr string
+	}{
+		{policy: Policy{OvercommitRatio: 1}},
+		{policy: Policy{OvercommitRatio: 2.5, ReservedBytes: gi, DefaultRequestBytes: gi}},
+		{policy: Policy{OvercommitRatio: 0}, wantErr: "overcommit ratio"},
+		{policy: Policy{OvercommitRatio: -1}, wantErr: "overcommit ratio"},
+		{policy: Policy{OvercommitRatio: 101}, wantErr: "overcommit ratio"},
+		{policy: Policy{OvercommitRatio: 1, ReservedBytes: -1}, wantErr: "reserved swap"},
+		{policy: Policy{OvercommitRatio: 1, DefaultRequestBytes: -1}, wantErr: "default swap request"},
+	} {
+		err := tc.policy.Validate()
+		if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.policy, err, tc.wantErr)
+		}
+	}
+}
+
+func usableFacts() discovery.Facts {
+	return discovery.Facts{
+		Devices:       []discovery.SwapDevice{{Path: "/swapfile", Type: "file", SizeBytes: 4 * gi, Medium: discovery.MediumSSD}},
+		TotalBytes:    4 * gi,
+		Medium:        discovery.MediumSSD,
+		Zswap:         true,
+		CgroupVersion: 2,
+		SwapControl:   true,
+		KernelVersion: "6.1.0",
+		SwapBehavior:  discovery.SwapBehaviorNoSwap,
+		BootID:        "b",
+	}
+}
+
+func TestDevice(t *testing.T) {
+	labels := map[string]string{
+		"topology.kubernetes.io/zone":   "zone-a",
+		"topology.kubernetes.io/region": "region-1",
+		"kubernetes.io/hostname":        "node-a",
+		"other.example.com/label":       "ignored",
+	}
+	dev, reason := Device(usableFacts(), labels, Policy{OvercommitRatio: 1, ReservedBytes: 512 * mi})
+	if dev == nil {
+		t.Fatalf("no device: %s", reason)
+	}
+	if dev.Name != "swap" || dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations {
+		t.Errorf("device %q allowMultipleAllocations %v", dev.Name, dev.AllowMultipleAllocations)
+	}
+	c := dev.Capacity["swap"]
+	if got := c.Value.Value(); got != 4*gi-512*mi {
+		t.Errorf("capacity = %d", got)
+	}
+	p := c.RequestPolicy
+	if p.Default.Value() != gi || p.ValidRange.Min.Value() != mi || p.ValidRange.Step.Value() != mi || p.ValidRange.Max.Value() != 4*gi-512*mi {
+		t.Errorf("request policy = default %v range %v..%v step %v", p.Default, p.ValidRange.Min, p.ValidRange.Max, p.ValidRange.Step)
+	}
+	if c.Value.String() != "3584Mi" {
+		t.Errorf("capacity renders as %q, want binary units", c.Value.String())
+	}
+	want := map[resourceapi.QualifiedName]string{
+		"swapBehavior":                  "NoSwap",
+		"medium":                        "ssd",
+		"topology.kubernetes.io/zone":   "zone-a",
+		"topology.kubernetes.io/region": "region-1",
+		"kubernetes.io/hostname":        "node-a",
+	}
+	for name, v := range want {
+		if a, ok := dev.Attributes[name]; !ok || a.StringValue == nil || *a.StringValue != v {
+			t.Errorf("attribute %s = %+v, want %q", name, a, v)
+		}
+	}
+	ints := map[resourceapi.QualifiedName]int64{"totalBytes": 4 * gi, "devices": 1, "cgroupVersion": 2}
+	for name, v := range ints {
+		if a := dev.Attributes[name]; a.IntValue == nil || *a.IntValue != v {
+			t.Errorf("attribute %s = %+v, want %d", name, a, v)
+		}
+	}
+	if a := dev.Attributes["zswap"]; a.BoolValue == nil || !*a.BoolValue {
+		t.Errorf("zswap = %+v", a)
+	}
+	if a := dev.Attributes["tmpfsNoswap"]; a.BoolValue == nil || *a.BoolValue {
+		t.Errorf("tmpfsNoswap = %+v", a)
+	}
+	if a := dev.Attributes["kernelVersion"]; a.VersionValue == nil || *a.VersionValue != "6.1.0" {
+		t.Errorf("kernelVersion = %+v", a)
+	}
+	if _, ok := dev.Attributes["other.example.com/label"]; ok {
+		t.Error("a label outside the topology set was copied")
+	}
+	if n := len(dev.Attributes) + len(dev.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+		t.Errorf("%d attributes and capacities exceed the API limit", n)
+	}
+}
+
+func TestDeviceDefaultRequest(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy Policy
+		total  int64
+		want   int64
+	}{
+		{name: "unset is 1Gi", policy: Policy{OvercommitRatio: 1}, total: 4 * gi, want: gi},
+		{name: "configured", policy: Policy{OvercommitRatio: 1, DefaultRequestBytes: 256 * mi}, total: 4 * gi, want: 256 * mi},
+		{name: "rounded down to a step", policy: Policy{OvercommitRatio: 1, DefaultRequestBytes: 256*mi + 5}, total: 4 * gi, want: 256 * mi},
+		{name: "tiny is one step", policy: Policy{OvercommitRatio: 1, DefaultRequestBytes: 5}, total: 4 * gi, want: mi},
+		{name: "capped at the offer", policy: Policy{OvercommitRatio: 1}, total: 300 * mi, want: 300 * mi},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := usableFacts()
+			f.TotalBytes = tc.total
+			dev, reason := Device(f, nil, tc.policy)
+			if dev == nil {
+				t.Fatal(reason)
+			}
+			if got := dev.Capacity["swap"].RequestPolicy.Default.Value(); got != tc.want {
+				t.Errorf("default = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnusableDevice(t *testing.T) {
+	tests := []struct {
+		name       string
+		mutate     func(*discovery.Facts)
+		policy     Policy
+		wantReason string
+	}{
+		{name: "swap off", mutate: func(f *discovery.Facts) { f.Devices, f.TotalBytes = nil, 0 }, policy: Policy{OvercommitRatio: 1}, wantReason: "swap"},
+		{name: "no control file", mutate: func(f *discovery.Facts) { f.SwapControl = false }, policy: Policy{OvercommitRatio: 1}, wantReason: "memory.swap.max"},
+		{name: "reserve takes all", mutate: func(*discovery.Facts) {}, policy: Policy{OvercommitRatio: 1, ReservedBytes: 4 * gi}, wantReason: "nothing left to offer"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := usableFacts()
+			f.SwapBehavior = discovery.SwapBehaviorLimitedSwap
+			tc.mutate(&f)
+			dev, reason := Device(f, map[string]string{"topology.kubernetes.io/zone": "z1"}, tc.policy)
+			if dev == nil || !strings.Contains(reason, tc.wantReason) {
+				t.Fatalf("Device = %v, %q; want an unusable device because of %q", dev, reason, tc.wantReason)
+			}
+			c := dev.Capacity[CapacitySwap]
+			if !c.Value.IsZero() || c.RequestPolicy != nil {
+				t.Errorf("capacity = %+v, want 0 without a request policy", c)
+			}
+			if len(dev.Taints) != 1 || dev.Taints[0].Key != TaintNoUsableSwap || dev.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+				t.Errorf("taints = %+v, want %s:NoSchedule", dev.Taints, TaintNoUsableSwap)
+			}
+			if u := dev.Attributes[AttrUsable].BoolValue; u == nil || *u {
+				t.Errorf("usable = %v, want false", u)
+			}
+			// What the controller and selectors read stays published.
+			if b := dev.Attributes[AttrSwapBehavior].StringValue; b == nil || *b != discovery.SwapBehaviorLimitedSwap {
+				t.Errorf("swapBehavior = %v, want LimitedSwap", b)
+			}
+			if z := dev.Attributes["topology.kubernetes.io/zone"].StringValue; z == nil || *z != "z1" {
+				t.Errorf("zone = %v, want z1", z)
+			}
+		})
+	}
+	dev, reason := Device(usableFacts(), nil, Policy{OvercommitRatio: 1})
+	if reason != "" || len(dev.Taints) != 0 || dev.Attributes[AttrUsable].BoolValue == nil || !*dev.Attributes[AttrUsable].BoolValue {
+		t.Errorf("usable node: reason %q, taints %v, usable %v", reason, dev.Taints, dev.Attributes[AttrUsable].BoolValue)
+	}
+}
+
+func TestResources(t *testing.T) {
+	dev, _ := Device(usableFacts(), nil, Policy{OvercommitRatio: 1})
+	r := Resources("node-a", dev)
+	pool, ok := r.Pools["node-a"]
+	if !ok || len(r.Pools) != 1 || len(pool.Slices) != 1 || len(pool.Slices[0].Devices) != 1 {
+		t.Fatalf("Resources = %+v", r)
+	}
+	empty := Resources("node-a", nil)
+	if p := empty.Pools["node-a"]; len(p.Slices) != 1 || len(p.Slices[0].Devices) != 0 {
+		t.Fatalf("Resources without device = %+v, want one empty slice", empty)
+	}
+}
+
+// swapLimitExact says whether the container's swap limit bounds its swap
+// alone (cgroup v2 memory.swap.max) or memory and swap together (v1
+// memory.memsw.limit_in_bytes, under which global reclaim may swap out up
+// to the memory limit on top of the claim). Published on every node,
+// usable or not, so a DeviceClass can require it.
+func TestSwapLimitExactAttribute(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		cgroupVersion int
+		totalBytes    int64
+		want          bool
+	}{
+		{name: "cgroup v2", cgroupVersion: 2, totalBytes: 4 * gi, want: true},
+		{name: "cgroup v1", cgroupVersion: 1, totalBytes: 4 * gi, want: false},
+		{name: "cgroup v2 without swap", cgroupVersion: 2, want: true},
+		{name: "cgroup version unknown", cgroupVersion: 0, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			facts := usableFacts()
+			facts.CgroupVersion, facts.TotalBytes = tc.cgroupVersion, tc.totalBytes
+			dev, _ := Device(facts, nil, Policy{OvercommitRatio: 1})
+			a, ok := dev.Attributes[AttrSwapLimitExact]
+			if !ok || a.BoolValue == nil || *a.BoolValue != tc.want {
+				t.Errorf("attribute %s = %+v (present %v), want %v", AttrSwapLimitExact, a, ok, tc.want)
+			}
+		})
+	}
+}

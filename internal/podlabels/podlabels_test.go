@@ -1,0 +1,341 @@
+package podlabels
+
+import (
+	"encoding/json"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+)
+
+const gi = 1 << 30
+
+func device(t *testing.T, behavior string, totalBytes int64, nodeLabels map[string]string) *resourceapi.Device {
+	t.Helper()
+	f := discovery.Facts{
+		Devices:       []discovery.SwapDevice{{Path: "/swapfile", Type: "file", SizeBytes: totalBytes}},
+		TotalBytes:    totalBytes,
+		Medium:        discovery.MediumSSD,
+		CgroupVersion: 2,
+		SwapControl:   true,
+		SwapBehavior:  behavior,
+	}
+	if totalBytes == 0 {
+		f.Devices = nil
+	}
+	d, _ := swapdevice.Device(f, nodeLabels, swapdevice.Policy{OvercommitRatio: 1})
+	return d
+}
+
+func TestPodLabels(t *testing.T) {
+	nodeLabels := map[string]string{
+		Zone: "zone-a", Region: "region-1", Hostname: "host-a",
+		"example.com/rack": "r7", "secret.example.com/tier": "gold",
+	}
+	tests := []struct {
+		name      string
+		node      func(t *testing.T) Node
+		allowlist []string
+		want      map[string]string
+	}{
+		{
+			name: "no driver, no labels",
+			node: func(*testing.T) Node { return Node{Labels: nodeLabels} },
+			want: map[string]string{},
+		},
+		{
+			name: "attributes of the device",
+			node: func(t *testing.T) Node {
+				return Node{Labels: nodeLabels, Device: device(t, discovery.SwapBehaviorLimitedSwap, 4*gi, nodeLabels)}
+			},
+			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "LimitedSwap"},
+		},
+		{
+			name: "attributes win over Node labels that changed since the plugin published",
+			node: func(t *testing.T) Node {
+				return Node{Labels: map[string]string{Zone: "zone-new"}, Device: device(t, discovery.SwapBehaviorNoSwap, 4*gi, nodeLabels)}
+			},
+			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "NoSwap"},
+		},
+		{
+			name: "Node labels fill missing attributes",
+			node: func(t *testing.T) Node {
+				return Node{Labels: nodeLabels, Device: device(t, discovery.SwapBehaviorNoSwap, 4*gi, nil)}
+			},
+			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "NoSwap"},
+		},
+		{
+			name: "unknown behavior falls back to the Node label",
+			node: func(t *testing.T) Node {
+				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap"}, Device: device(t, discovery.SwapBehaviorUnknown, 4*gi, nil)}
+			},
+			want: map[string]string{SwapBehavior: "LimitedSwap"},
+		},
+		{
+			name: "node without usable swap still reports its behavior",
+			node: func(t *testing.T) Node {
+				return Node{Labels: nodeLabels, Device: device(t, discovery.SwapBehaviorNoSwap, 0, nodeLabels)}
+			},
+			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "NoSwap"},
+		},
+		{
+			name: "allowlisted labels only",
+			node: func(t *testing.T) Node {
+				return Node{Labels: nodeLabels, Device: device(t, discovery.SwapBehaviorNoSwap, 4*gi, nodeLabels)}
+			},
+			allowlist: []string{"example.com/rack", "example.com/absent"},
+			want:      map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "NoSwap", "example.com/rack": "r7"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Policy{Allowlist: tc.allowlist, Selection: SelectSwapClaims}
+			if got := p.PodLabels(tc.node(t)); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("PodLabels = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPolicyValidateAndSelects(t *testing.T) {
+	sel, err := labels.Parse("swap=enabled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name         string
+		policy       Policy
+		wantErr      string
+		hasClaim     bool
+		nsLabels     map[string]string
+		wantSelected bool
+	}{
+		{name: "default: claim", policy: Policy{Selection: SelectSwapClaims}, hasClaim: true, wantSelected: true},
+		{name: "default: no claim", policy: Policy{Selection: SelectSwapClaims}, wantSelected: false},
+		{name: "all", policy: Policy{Selection: SelectAll}, wantSelected: true},
+		{name: "namespace match", policy: Policy{Selection: SelectNamespaces, NamespaceSelector: sel}, nsLabels: map[string]string{"swap": "enabled"}, wantSelected: true},
+		{name: "namespace mismatch", policy: Policy{Selection: SelectNamespaces, NamespaceSelector: sel}, nsLabels: map[string]string{"swap": "no"}, wantSelected: false},
+		{name: "namespace mismatch with claim", policy: Policy{Selection: SelectNamespaces, NamespaceSelector: sel}, hasClaim: true, wantSelected: true},
+		{name: "namespaces without selector", policy: Policy{Selection: SelectNamespaces}, wantErr: "namespace selector"},
+		{name: "unknown selection", policy: Policy{Selection: "some"}, wantErr: `"some"`},
+		{name: "bad allowlist key", policy: Policy{Selection: SelectAll, Allowlist: []string{"not a key"}}, wantErr: `"not a key"`},
+		{name: "own key", policy: Policy{Selection: SelectAll, Allowlist: []string{Capacity}}, wantErr: "driver's own"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.policy.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Validate() = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tc.policy.Selects(tc.hasClaim, tc.nsLabels); got != tc.wantSelected {
+				t.Errorf("Selects = %v, want %v", got, tc.wantSelected)
+			}
+		})
+	}
+}
+
+func TestDiff(t *testing.T) {
+	desired := map[string]string{Zone: "z1", SwapBehavior: "NoSwap"}
+	tests := []struct {
+		name        string
+		labels      map[string]string
+		managed     string
+		desired     map[string]string
+		wantSet     map[string]string
+		wantRemove  []string
+		wantManaged string
+		wantEmpty   bool
+	}{
+		{name: "fresh pod", labels: map[string]string{"app": "x"}, desired: desired, wantSet: desired, wantManaged: SwapBehavior + "," + Zone},
+		{name: "up to date", labels: map[string]string{Zone: "z1", SwapBehavior: "NoSwap"}, managed: "node.kubernetes.io/swap-behavior,topology.kubernetes.io/zone", desired: desired, wantSet: map[string]string{}, wantManaged: SwapBehavior + "," + Zone, wantEmpty: true},
+		{name: "value changed", labels: map[string]string{Zone: "z0", SwapBehavior: "NoSwap"}, managed: SwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{Zone: "z1"}, wantManaged: SwapBehavior + "," + Zone},
+		{name: "own label gone from node is removed", labels: map[string]string{Zone: "z1", SwapBehavior: "NoSwap", Region: "r"}, managed: SwapBehavior + "," + Region + "," + Zone, desired: desired, wantSet: map[string]string{}, wantRemove: []string{Region}, wantManaged: SwapBehavior + "," + Zone},
+		{name: "user's label is never removed", labels: map[string]string{Region: "mine"}, desired: map[string]string{}, wantSet: map[string]string{}, wantEmpty: true},
+		{name: "labels right but annotation missing", labels: map[string]string{Zone: "z1", SwapBehavior: "NoSwap"}, desired: desired, wantSet: map[string]string{}, wantManaged: SwapBehavior + "," + Zone},
+		{name: "garbage annotation keys are ignored", labels: map[string]string{"a b": "x"}, managed: "a b,,", desired: map[string]string{}, wantSet: map[string]string{}},
+		// The annotation is the pod's: whoever can edit the pod can list any
+		// key in it. Only keys the controller owns are ever removed (found
+		// in a review: "app,security.example.com/quarantine" were deleted).
+		{name: "keys the controller does not own are never removed", labels: map[string]string{"app": "web", "security.example.com/quarantine": "true", Zone: "z1", SwapBehavior: "NoSwap"},
+			managed: "app,security.example.com/quarantine," + SwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{}, wantManaged: SwapBehavior + "," + Zone},
+		{name: "an allowlisted key it set is removed", labels: map[string]string{"example.com/rack": "r1", Zone: "z1", SwapBehavior: "NoSwap"},
+			managed: "example.com/rack," + SwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{}, wantRemove: []string{"example.com/rack"}, wantManaged: SwapBehavior + "," + Zone},
+	}
+	policy := Policy{Allowlist: []string{"example.com/rack"}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels}}
+			if tc.managed != "" {
+				pod.Annotations = map[string]string{ManagedAnnotation: tc.managed}
+			}
+			c := Diff(pod, tc.desired, policy.Owns)
+			if !maps.Equal(c.Set, tc.wantSet) || !reflect.DeepEqual(c.Remove, tc.wantRemove) || c.Managed != tc.wantManaged || c.Empty() != tc.wantEmpty {
+				t.Fatalf("Diff = %+v (empty %v), want set %v remove %v managed %q empty %v", c, c.Empty(), tc.wantSet, tc.wantRemove, tc.wantManaged, tc.wantEmpty)
+			}
+			patch, err := c.MergePatch()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var decoded struct {
+				Metadata struct {
+					Labels      map[string]*string `json:"labels"`
+					Annotations map[string]*string `json:"annotations"`
+				} `json:"metadata"`
+			}
+			if err := json.Unmarshal(patch, &decoded); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range tc.wantRemove {
+				if v, ok := decoded.Metadata.Labels[k]; !ok || v != nil {
+					t.Errorf("patch %s does not remove %s", patch, k)
+				}
+			}
+		})
+	}
+}
+
+func TestNodeLabels(t *testing.T) {
+	tests := []struct {
+		name          string
+		node          func(t *testing.T) Node
+		removeWithout bool
+		want          map[string]*string
+	}{
+		{
+			name: "swap node gets behavior and capacity",
+			node: func(t *testing.T) Node { return Node{Device: device(t, discovery.SwapBehaviorLimitedSwap, 4*gi, nil)} },
+			want: map[string]*string{SwapBehavior: ptr.To("LimitedSwap"), Capacity: ptr.To("4Gi")},
+		},
+		{
+			name: "odd size in binary units",
+			node: func(t *testing.T) Node { return Node{Device: device(t, discovery.SwapBehaviorNoSwap, 3*gi/2, nil)} },
+			want: map[string]*string{SwapBehavior: ptr.To("NoSwap"), Capacity: ptr.To("1536Mi")},
+		},
+		{
+			name: "node without usable swap: behavior, no capacity",
+			node: func(t *testing.T) Node {
+				return Node{Labels: map[string]string{Capacity: "4Gi"}, Device: device(t, discovery.SwapBehaviorNoSwap, 0, nil)}
+			},
+			want: map[string]*string{SwapBehavior: ptr.To("NoSwap"), Capacity: nil},
+		},
+		{
+			name: "unknown behavior leaves the label alone",
+			node: func(t *testing.T) Node {
+				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}, Device: device(t, discovery.SwapBehaviorUnknown, 4*gi, nil)}
+			},
+			want: map[string]*string{},
+		},
+		{
+			name: "up to date",
+			node: func(t *testing.T) Node {
+				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}, Device: device(t, discovery.SwapBehaviorLimitedSwap, 4*gi, nil)}
+			},
+			want: map[string]*string{},
+		},
+		{
+			name: "plugin gone: labels stay by default",
+			node: func(*testing.T) Node {
+				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}}
+			},
+			want: map[string]*string{},
+		},
+		{
+			name: "plugin gone: labels removed when the admin says so",
+			node: func(*testing.T) Node {
+				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}}
+			},
+			removeWithout: true,
+			want:          map[string]*string{SwapBehavior: nil, Capacity: nil},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := NodeLabels(tc.node(t), tc.removeWithout)
+			if !reflect.DeepEqual(map[string]*string(got), tc.want) {
+				t.Errorf("NodeLabels = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRemoveNodeLabels: the uninstall removes the labels the controller
+// sets on Nodes, every one NodeLabels can set, and no other label.
+func TestRemoveNodeLabels(t *testing.T) {
+	set := NodeLabels(Node{Device: device(t, discovery.SwapBehaviorLimitedSwap, 4*gi, map[string]string{Zone: "z1"})}, false)
+	for k := range set {
+		if !slices.Contains(NodeKeys(), k) {
+			t.Errorf("NodeLabels sets %s, which NodeKeys %v leaves out (the uninstall would leave it behind)", k, NodeKeys())
+		}
+	}
+	others := map[string]string{Zone: "z1", Hostname: "n1", "team": "a", ManagedAnnotation: "x", "dra.swap/other": "y"}
+	tests := []struct {
+		name   string
+		labels map[string]string
+		want   map[string]*string
+	}{
+		{name: "both", labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}, want: map[string]*string{SwapBehavior: nil, Capacity: nil}},
+		{name: "both among others", labels: merged(others, map[string]string{SwapBehavior: "NoSwap", Capacity: "1Gi"}), want: map[string]*string{SwapBehavior: nil, Capacity: nil}},
+		{name: "one", labels: merged(others, map[string]string{Capacity: ""}), want: map[string]*string{Capacity: nil}},
+		{name: "only others", labels: others, want: map[string]*string{}},
+		{name: "none", labels: nil, want: map[string]*string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := RemoveNodeLabels(tc.labels)
+			if !reflect.DeepEqual(map[string]*string(got), tc.want) {
+				t.Errorf("RemoveNodeLabels(%v) = %v, want %v", tc.labels, got, tc.want)
+			}
+		})
+	}
+}
+
+func merged(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
+}
+
+func TestClaims(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{
+			{Name: "direct", ResourceClaimName: ptr.To("shared")},
+			{Name: "tmpl", ResourceClaimTemplateName: ptr.To("t")},
+			{Name: "pending", ResourceClaimTemplateName: ptr.To("t")},
+		}},
+		Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "tmpl", ResourceClaimName: ptr.To("p-tmpl-x")}}},
+	}
+	if got := ClaimNames(pod); !reflect.DeepEqual(got, []string{"shared", "p-tmpl-x"}) {
+		t.Errorf("ClaimNames = %v", got)
+	}
+	alloc := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Driver: "gpu.example.com"}, {Driver: DriverName}}},
+	}}}
+	other := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Driver: "gpu.example.com"}}},
+	}}}
+	for _, tc := range []struct {
+		claim *resourceapi.ResourceClaim
+		want  bool
+	}{{nil, false}, {&resourceapi.ResourceClaim{}, false}, {other, false}, {alloc, true}} {
+		if got := HasSwapDevice(tc.claim); got != tc.want {
+			t.Errorf("HasSwapDevice(%v) = %v", tc.claim, got)
+		}
+	}
+}
