@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -187,13 +186,13 @@ func (e *PendingExplainer) isSwapClass(ctx context.Context, name string) (bool, 
 // explain describes every node's swap device, its taints or its offer,
 // sorted by node.
 func (e *PendingExplainer) explain(ctx context.Context) ([]string, error) {
-	list := &resourceapi.ResourceSliceList{}
-	if err := e.Client.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("list ResourceSlices: %w", err)
+	list, err := driverSlices(ctx, e.Client)
+	if err != nil {
+		return nil, err
 	}
 	var nodes []string
-	for i := range list.Items {
-		s := &list.Items[i]
+	for i := range list {
+		s := &list[i]
 		if !trusted(s) {
 			continue
 		}

@@ -149,6 +149,9 @@ func Indexes(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("index ResourceSlices by node: %w", err)
 	}
+	if err := idx.IndexField(ctx, &resourceapi.ResourceSlice{}, IndexDriver, sliceDriver); err != nil {
+		return fmt.Errorf("index ResourceSlices by driver: %w", err)
+	}
 	return nil
 }
 

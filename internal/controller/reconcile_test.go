@@ -38,7 +38,8 @@ func newClient(objs ...client.Object) client.Client {
 				return []string{*n}
 			}
 			return nil
-		}).Build()
+		}).
+		WithIndex(&resourceapi.ResourceSlice{}, IndexDriver, sliceDriver).Build()
 }
 
 func TestPodReconciler(t *testing.T) {
