@@ -13,8 +13,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
 )
 
 // Run is the whole hook: parse args and stdin, then apply or clean up.
@@ -38,10 +38,10 @@ func Run(args []string, stdin io.Reader) error {
 // and container changes nothing.
 //
 // The outcome, applied or not, is left in a record for the kubelet plugin
-// to turn into an event on the pod (package podevents).
+// to turn into an event on the pod (internal/hookrecord, internal/podevents).
 func Apply(cfg Config, req Request, state *specs.State) error {
 	total, podLimit, version, err := apply(cfg, req, state)
-	if r, ok := podevents.FromAnnotations(state.Annotations); ok {
+	if r, ok := hookrecord.FromAnnotations(state.Annotations); ok {
 		r.LimitBytes, r.CgroupVersion, r.Time = total.SwapLimit, version, time.Now()
 		r.PodLimitBytes = req.Share.PodSwapLimit
 		if podLimit != nil {
@@ -56,7 +56,7 @@ func Apply(cfg Config, req Request, state *specs.State) error {
 		if err != nil {
 			r.Error = err.Error()
 		}
-		if werr := podevents.Write(cfg.StateDir, state.ID, r); werr != nil {
+		if werr := hookrecord.Write(cfg.StateDir, state.ID, r); werr != nil {
 			// The event is lost; the limit is not.
 			fmt.Fprintf(os.Stderr, "dra-swap-hook: container %s: %v\n", ContainerName(state), werr)
 		}
@@ -72,7 +72,7 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, *i
 	if state.Pid <= 0 {
 		return total, nil, 0, fmt.Errorf("container %s: OCI state has no process id (pid %d)", name, state.Pid)
 	}
-	r, isPod := podevents.FromAnnotations(state.Annotations)
+	r, isPod := hookrecord.FromAnnotations(state.Annotations)
 	if req.PodUID != "" && (!isPod || r.PodUID != req.PodUID) {
 		// A claim's swap was charged once, for one pod (see
 		// internal/kubeletplugin/prepare).
@@ -153,7 +153,7 @@ func orUnknown(s string) string {
 // both the cgroupfs and the systemd cgroup driver name after the pod's UID
 // (".../pod<uid>" and ".../kubepods-<qos>-pod<uid_with_underscores>.slice").
 // Anything else is refused rather than written.
-func podCgroup(container cgroupswap.Target, r podevents.Record) (cgroupswap.Target, error) {
+func podCgroup(container cgroupswap.Target, r hookrecord.Record) (cgroupswap.Target, error) {
 	parent := filepath.Dir(container.Group)
 	base := filepath.Base(parent)
 	if r.PodUID == "" || parent == "/" ||

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
 )
 
 const (
@@ -319,13 +319,13 @@ func BenchmarkHookRun(b *testing.B) {
 	}
 }
 
-func readRecord(t *testing.T, n *node) podevents.Record {
+func readRecord(t *testing.T, n *node) hookrecord.Record {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(n.state, podevents.Dir, cid+".json"))
+	data, err := os.ReadFile(filepath.Join(n.state, hookrecord.Dir, cid+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r podevents.Record
+	var r hookrecord.Record
 	if err := json.Unmarshal(data, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestEventRecords(t *testing.T) {
 	if err := Run(n.args("--swap-limit=1048576", "--claim-uid="+claimA), strings.NewReader(fmt.Sprintf(`{"ociVersion":"1.2.0","id":%q,"status":"created","pid":%d,"bundle":"/run/bundle"}`, cid, pid))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(n.state, podevents.Dir)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(n.state, hookrecord.Dir)); !os.IsNotExist(err) {
 		t.Errorf("record written for a non-Kubernetes container: %v", err)
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
 )
 
 // testPodUID is the pod UID in stateJSON's annotations.
@@ -111,7 +111,7 @@ func TestClaimOfAnotherPodIsRefused(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(n.state, cid)); !os.IsNotExist(err) {
 		t.Errorf("records written for a refused container: %v", err)
 	}
-	records, _ := filepath.Glob(filepath.Join(n.state, podevents.Dir, "*.json"))
+	records, _ := filepath.Glob(filepath.Join(n.state, hookrecord.Dir, "*.json"))
 	if len(records) != 1 {
 		t.Fatalf("event records = %v, want one", records)
 	}

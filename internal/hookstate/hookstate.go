@@ -12,7 +12,7 @@
 //	<state-dir>/<container-id>/<claim-uid>[.<n>] a Share (JSON)
 //	<state-dir>/<container-id>/container.json   a Container (JSON)
 //	<state-dir>/.lock                           see Lock
-//	<state-dir>/.events/                        package podevents
+//	<state-dir>/.events/                        package hookrecord
 //
 // The hook changes records and applies them under Lock; the verifier
 // reads records and cgroups under RLock, so that it never takes a

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 )
 
 func FuzzRead(f *testing.F) {
@@ -26,13 +28,13 @@ func FuzzRead(f *testing.F) {
 		`{not json`,
 		`null`,
 		``,
-		strings.Repeat(" ", maxRecordBytes) + `{}`,
+		strings.Repeat(" ", hookrecord.MaxBytes) + `{}`,
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
-		records := filepath.Join(dir, Dir)
+		records := filepath.Join(dir, hookrecord.Dir)
 		if err := os.MkdirAll(records, 0o700); err != nil {
 			t.Fatal(err)
 		}

@@ -1,13 +1,13 @@
 // Package podevents carries the outcome of the OCI hook to the pod as a
 // Kubernetes Event. The hook runs inside the container runtime with no API
-// access, so it drops a small record into a directory on the node; the
-// kubelet plugin picks the records up and emits a Normal "SwapApplied" or
-// a Warning "SwapNotApplied" event on the pod, then deletes them.
+// access, so it drops a small record into a directory on the node
+// (internal/hookrecord); the kubelet plugin picks the records up and emits
+// a Normal "SwapApplied" or a Warning "SwapNotApplied" event on the pod,
+// then deletes them.
 package podevents
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,84 +24,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 )
 
 // Event reasons.
 const (
 	ReasonApplied    = "SwapApplied"
 	ReasonNotApplied = "SwapNotApplied"
-	// Dir is the records' directory under the hook state directory; the
-	// leading dot keeps it apart from container IDs.
-	Dir = ".events"
-
-	maxRecordBytes = 8 << 10
-	maxErrorLen    = 1024
 )
-
-// Record is what the hook reports about one container.
-type Record struct {
-	Namespace  string `json:"namespace"`
-	Pod        string `json:"pod"`
-	PodUID     string `json:"podUID"`
-	Container  string `json:"container"`
-	LimitBytes int64  `json:"limitBytes"`
-	// PodLimitBytes is the pod's swap budget, when its containers share one.
-	PodLimitBytes *int64 `json:"podLimitBytes,omitempty"`
-	// Claims are the UIDs of the container's dra.swap claims (or, when the
-	// hook failed, of the claim whose hook failed).
-	Claims        []string  `json:"claims,omitempty"`
-	CgroupVersion int       `json:"cgroupVersion,omitempty"`
-	Error         string    `json:"error,omitempty"`
-	Time          time.Time `json:"time"`
-}
-
-// FromAnnotations fills in the pod and container from the CRI annotations
-// in the OCI state (containerd's, then CRI-O's). ok is false for a
-// container that is not a Kubernetes one.
-func FromAnnotations(a map[string]string) (Record, bool) {
-	for _, k := range [][4]string{
-		{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name", "io.kubernetes.cri.sandbox-uid", "io.kubernetes.cri.container-name"},
-		{"io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.pod.uid", "io.kubernetes.container.name"},
-	} {
-		r := Record{Namespace: a[k[0]], Pod: a[k[1]], PodUID: a[k[2]], Container: a[k[3]]}
-		if r.Namespace != "" && r.Pod != "" && r.PodUID != "" && r.Container != "" {
-			return r, true
-		}
-	}
-	return Record{}, false
-}
-
-// Write stores the record for a container atomically under stateDir,
-// replacing an earlier one (each claim's hook run rewrites it with the
-// container's new total).
-func Write(stateDir, containerID string, r Record) error {
-	r.Error = eventmsg.Truncate(r.Error, maxErrorLen)
-	dir := filepath.Join(stateDir, Dir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create event directory %s: %w", dir, err)
-	}
-	data, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encode event record: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("event record in %s: %w", dir, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write event record %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write event record %s: %w", tmp.Name(), err)
-	}
-	final := filepath.Join(dir, containerID+".json")
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		return fmt.Errorf("store event record %s: %w", final, err)
-	}
-	return nil
-}
 
 // Emitter turns records into events on the pods.
 type Emitter struct {
@@ -113,7 +43,7 @@ type Emitter struct {
 	MaxAge time.Duration
 	// Reported, if set, is told about every record emitted (for the
 	// claims' status).
-	Reported func(r Record)
+	Reported func(r hookrecord.Record)
 	Now      func() time.Time
 	// InitContainer, if set, says whether the pod's container is an init
 	// (or sidecar) container, for the event's field path; without it
@@ -146,7 +76,7 @@ func PodRef(namespace, pod, uid string) *corev1.ObjectReference {
 // is logged and deleted. It returns how many events it emitted.
 func (e *Emitter) Flush(ctx context.Context) (int, error) {
 	logger := klog.FromContext(ctx)
-	dir := filepath.Join(e.StateDir, Dir)
+	dir := filepath.Join(e.StateDir, hookrecord.Dir)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
@@ -188,23 +118,11 @@ func (e *Emitter) Flush(ctx context.Context) (int, error) {
 	return emitted, nil
 }
 
-func read(path string) (Record, error) {
-	var r Record
-	f, err := os.Open(path)
+// read is hookrecord.Read of a record that names a pod the API could hold.
+func read(path string) (hookrecord.Record, error) {
+	r, err := hookrecord.Read(path)
 	if err != nil {
 		return r, err
-	}
-	defer f.Close()
-	data := make([]byte, maxRecordBytes+1)
-	n, err := f.Read(data)
-	if err != nil && n == 0 {
-		return r, fmt.Errorf("read %s: %w", path, err)
-	}
-	if n > maxRecordBytes {
-		return r, fmt.Errorf("%s is larger than %d bytes", path, maxRecordBytes)
-	}
-	if err := json.Unmarshal(data[:n], &r); err != nil {
-		return r, fmt.Errorf("decode %s: %w", path, err)
 	}
 	for _, v := range []struct{ what, value string }{{"namespace", r.Namespace}, {"pod", r.Pod}} {
 		if errs := validation.IsDNS1123Subdomain(v.value); len(errs) > 0 {
@@ -217,7 +135,7 @@ func read(path string) (Record, error) {
 	return r, nil
 }
 
-func (e *Emitter) emit(r Record) {
+func (e *Emitter) emit(r hookrecord.Record) {
 	init := e.InitContainer != nil && e.InitContainer(r.Namespace, r.Pod, r.Container)
 	pod := ContainerRef(r.Namespace, r.Pod, r.PodUID, r.Container, init)
 	if r.Error != "" {

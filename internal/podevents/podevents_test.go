@@ -18,11 +18,12 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 )
 
 func TestFlush(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	ok := Record{Namespace: "ns", Pod: "p", PodUID: "u1", Container: "worker", LimitBytes: 300 << 20, CgroupVersion: 1, Time: now}
+	ok := hookrecord.Record{Namespace: "ns", Pod: "p", PodUID: "u1", Container: "worker", LimitBytes: 300 << 20, CgroupVersion: 1, Time: now}
 	failed := ok
 	failed.Error = "container ns/p/worker has no memory limit"
 	stale := ok
@@ -46,21 +47,21 @@ func TestFlush(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			dir := t.TempDir()
 			for name, r := range tc.records {
-				if rec, isRecord := r.(Record); isRecord {
-					if err := Write(dir, strings.TrimSuffix(name, ".json"), rec); err != nil {
+				if rec, isRecord := r.(hookrecord.Record); isRecord {
+					if err := hookrecord.Write(dir, strings.TrimSuffix(name, ".json"), rec); err != nil {
 						t.Fatal(err)
 					}
 					if !strings.HasSuffix(name, ".json") {
-						if err := os.Rename(filepath.Join(dir, Dir, strings.TrimSuffix(name, ".json")+".json"), filepath.Join(dir, Dir, name)); err != nil {
+						if err := os.Rename(filepath.Join(dir, hookrecord.Dir, strings.TrimSuffix(name, ".json")+".json"), filepath.Join(dir, hookrecord.Dir, name)); err != nil {
 							t.Fatal(err)
 						}
 					}
 					continue
 				}
-				if err := os.MkdirAll(filepath.Join(dir, Dir), 0o700); err != nil {
+				if err := os.MkdirAll(filepath.Join(dir, hookrecord.Dir), 0o700); err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(filepath.Join(dir, Dir, name), []byte(r.(string)), 0o600); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, hookrecord.Dir, name), []byte(r.(string)), 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -78,38 +79,13 @@ func TestFlush(t *testing.T) {
 			if n != len(tc.want) || strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 				t.Fatalf("events (%d) %q, want %q", n, got, tc.want)
 			}
-			left, _ := os.ReadDir(filepath.Join(dir, Dir))
+			left, _ := os.ReadDir(filepath.Join(dir, hookrecord.Dir))
 			for _, f := range left {
 				if strings.HasSuffix(f.Name(), ".json") {
 					t.Errorf("record %s left behind", f.Name())
 				}
 			}
 		})
-	}
-}
-
-func TestFromAnnotations(t *testing.T) {
-	full := map[string]string{"io.kubernetes.cri.sandbox-namespace": "ns", "io.kubernetes.cri.sandbox-name": "p", "io.kubernetes.cri.sandbox-uid": "u", "io.kubernetes.cri.container-name": "c"}
-	crio := map[string]string{"io.kubernetes.pod.namespace": "ns", "io.kubernetes.pod.name": "p", "io.kubernetes.pod.uid": "u", "io.kubernetes.container.name": "c"}
-	for _, tc := range []struct {
-		a  map[string]string
-		ok bool
-	}{{full, true}, {crio, true}, {nil, false}, {map[string]string{"io.kubernetes.cri.sandbox-name": "p"}, false}} {
-		r, ok := FromAnnotations(tc.a)
-		if ok != tc.ok || ok && (r.Namespace != "ns" || r.Pod != "p" || r.PodUID != "u" || r.Container != "c") {
-			t.Errorf("FromAnnotations(%v) = %+v, %v", tc.a, r, ok)
-		}
-	}
-}
-
-func TestWriteCapsError(t *testing.T) {
-	dir := t.TempDir()
-	if err := Write(dir, "c", Record{Error: strings.Repeat("x", 5000)}); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(filepath.Join(dir, Dir, "c.json"))
-	if err != nil || fi.Size() > maxRecordBytes {
-		t.Fatalf("record size %v, %v", fi, err)
 	}
 }
 
@@ -127,11 +103,11 @@ func TestTwoContainersTwoEvents(t *testing.T) {
 	}
 	defer broadcaster.Shutdown()
 	dir := t.TempDir()
-	for id, r := range map[string]Record{
+	for id, r := range map[string]hookrecord.Record{
 		"c1": {Namespace: "ns", Pod: "p", PodUID: "u1", Container: "app", LimitBytes: 100 << 20, CgroupVersion: 2, Time: now},
 		"c2": {Namespace: "ns", Pod: "p", PodUID: "u1", Container: "sidecar", LimitBytes: 50 << 20, CgroupVersion: 2, Time: now},
 	} {
-		if err := Write(dir, id, r); err != nil {
+		if err := hookrecord.Write(dir, id, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -167,7 +143,7 @@ func TestTwoContainersTwoEvents(t *testing.T) {
 }
 
 // TestNotAppliedLongError: a hook error of 2 kB (the hook caps what it
-// writes, but a record may hold up to maxRecordBytes) still makes an event
+// writes, but a record may hold up to hookrecord.MaxBytes) still makes an event
 // the API server accepts: the note is cut to eventmsg.NoteLimit bytes on a
 // rune boundary, with a marker, and keeps the container and node.
 func TestNotAppliedLongError(t *testing.T) {
@@ -175,14 +151,14 @@ func TestNotAppliedLongError(t *testing.T) {
 	for _, tc := range []struct{ name, err string }{
 		{"ascii", strings.Repeat("write memory.swap.max: device or resource busy; ", 50)[:2048]},
 		{"two-byte runes", strings.Repeat("é", 1024)},
-		{"cut by the hook", strings.Repeat("ü", 1000)}, // Write keeps 1 kB of it
+		{"cut by the hook", strings.Repeat("ü", 1000)}, // hookrecord.Write keeps 1 kB of it
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			dir := t.TempDir()
-			r := Record{Namespace: "ns", Pod: "p", PodUID: "u1", Container: "worker", Time: now, Error: tc.err}
+			r := hookrecord.Record{Namespace: "ns", Pod: "p", PodUID: "u1", Container: "worker", Time: now, Error: tc.err}
 			if tc.name == "cut by the hook" {
-				if err := Write(dir, "c1", r); err != nil {
+				if err := hookrecord.Write(dir, "c1", r); err != nil {
 					t.Fatal(err)
 				}
 			} else {
@@ -191,10 +167,10 @@ func TestNotAppliedLongError(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := os.MkdirAll(filepath.Join(dir, Dir), 0o700); err != nil {
+				if err := os.MkdirAll(filepath.Join(dir, hookrecord.Dir), 0o700); err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(filepath.Join(dir, Dir, "c1.json"), data, 0o600); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, hookrecord.Dir, "c1.json"), data, 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -21,8 +21,8 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
 )
 
 // ConditionSwapApplied is the condition on each device status of a
@@ -147,8 +147,9 @@ func (s *claimStatuses) prepared(r prepare.ClaimReport) {
 	s.queue.AddAfter(r.Claim.UID, s.delay)
 }
 
-// reported records the hook's outcome for a container (podevents).
-func (s *claimStatuses) reported(r podevents.Record) {
+// reported records the hook's outcome for a container (a hookrecord.Record
+// the podevents emitter reported).
+func (s *claimStatuses) reported(r hookrecord.Record) {
 	s.mu.Lock()
 	var changed []types.UID
 	for _, uid := range r.Claims {

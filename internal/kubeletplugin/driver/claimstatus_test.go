@@ -18,8 +18,8 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
 )
 
 // The condition follows the hook's outcomes: Unknown until the containers
@@ -66,14 +66,14 @@ func TestClaimStatusConditions(t *testing.T) {
 	}
 	check("Unknown Prepared: prepared on node node-a; waiting for container a, b to start @12:00:00", "False AdminAccess")
 	now = now.Add(time.Minute)
-	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
 	check("Unknown Prepared: prepared on node node-a; waiting for container b to start @12:00:00")
 	// Another pod's container with the claim changes nothing.
-	s.reported(podevents.Record{Namespace: "ns", Pod: "other", Container: "b", Error: "refused", Claims: []string{"claim-uid"}})
-	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "b", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	s.reported(hookrecord.Record{Namespace: "ns", Pod: "other", Container: "b", Error: "refused", Claims: []string{"claim-uid"}})
+	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "b", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
 	check("True Applied: swap limit applied on node node-a to container a (100Mi), b (100Mi) @12:01:00")
 	now = now.Add(time.Minute)
-	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "b", Error: "container ns/p/b has no memory limit", Claims: []string{"claim-uid"}})
+	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "b", Error: "container ns/p/b has no memory limit", Claims: []string{"claim-uid"}})
 	check("False NotApplied: not applied to container b: container ns/p/b has no memory limit @12:02:00")
 	s.unprepared([]types.UID{"claim-uid"})
 	if len(s.claims) != 0 {
@@ -94,7 +94,7 @@ func TestClaimStatusConditionBounded(t *testing.T) {
 	}
 	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{r}})
 	for name := range r.Containers {
-		s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: name, Error: strings.Repeat("ö", 1024), Claims: []string{"claim-uid"}})
+		s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: name, Error: strings.Repeat("ö", 1024), Claims: []string{"claim-uid"}})
 	}
 	ac, err := s.applyConfiguration(s.claims["claim-uid"])
 	if err != nil {
@@ -132,7 +132,7 @@ func TestClaimStatusWrites(t *testing.T) {
 	if n := s.queue.Len(); n != 0 {
 		t.Fatalf("%d claims queued at once after prepare, want none before the delay", n)
 	}
-	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
 	if n := s.queue.Len(); n != 1 {
 		t.Fatalf("%d claims queued after the hook's outcome, want it at once", n)
 	}
@@ -144,7 +144,7 @@ func TestClaimStatusWrites(t *testing.T) {
 	if len(applies) != 1 || !strings.Contains(applies[0], `"status":"True"`) {
 		t.Fatalf("applies %q, want one, with the applied condition", applies)
 	}
-	s.reported(podevents.Record{Namespace: "ns", Pod: "p", Container: "a", Error: "refused", Claims: []string{"claim-uid"}})
+	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", Error: "refused", Claims: []string{"claim-uid"}})
 	if err := s.write(ctx, "claim-uid"); err != nil {
 		t.Fatal(err)
 	}

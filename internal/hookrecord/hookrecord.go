@@ -1,0 +1,122 @@
+// Package hookrecord is the record the OCI hook leaves on the node about
+// one container's outcome, for the kubelet plugin to report: the hook runs
+// inside the container runtime with no API access, so it writes a small
+// JSON file per container into a directory under its state directory; the
+// plugin's internal/podevents reads the files, emits a pod event for each
+// and deletes them.
+//
+//	<state-dir>/.events/<container-id>.json   a Record (JSON)
+//
+// This package is what the hook links of that channel: it depends on no
+// Kubernetes package, so that dra-swap-hook, which runs at every container
+// start, stays small (make verify checks it, hack/check-hook-deps.sh).
+package hookrecord
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+)
+
+const (
+	// Dir is the records' directory under the hook state directory; the
+	// leading dot keeps it apart from container IDs.
+	Dir = ".events"
+	// MaxBytes bounds a record file that Read accepts.
+	MaxBytes = 8 << 10
+
+	maxErrorLen = 1024
+)
+
+// Record is what the hook reports about one container.
+type Record struct {
+	Namespace  string `json:"namespace"`
+	Pod        string `json:"pod"`
+	PodUID     string `json:"podUID"`
+	Container  string `json:"container"`
+	LimitBytes int64  `json:"limitBytes"`
+	// PodLimitBytes is the pod's swap budget, when its containers share one.
+	PodLimitBytes *int64 `json:"podLimitBytes,omitempty"`
+	// Claims are the UIDs of the container's dra.swap claims (or, when the
+	// hook failed, of the claim whose hook failed).
+	Claims        []string  `json:"claims,omitempty"`
+	CgroupVersion int       `json:"cgroupVersion,omitempty"`
+	Error         string    `json:"error,omitempty"`
+	Time          time.Time `json:"time"`
+}
+
+// FromAnnotations fills in the pod and container from the CRI annotations
+// in the OCI state (containerd's, then CRI-O's). ok is false for a
+// container that is not a Kubernetes one.
+func FromAnnotations(a map[string]string) (Record, bool) {
+	for _, k := range [][4]string{
+		{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name", "io.kubernetes.cri.sandbox-uid", "io.kubernetes.cri.container-name"},
+		{"io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.pod.uid", "io.kubernetes.container.name"},
+	} {
+		r := Record{Namespace: a[k[0]], Pod: a[k[1]], PodUID: a[k[2]], Container: a[k[3]]}
+		if r.Namespace != "" && r.Pod != "" && r.PodUID != "" && r.Container != "" {
+			return r, true
+		}
+	}
+	return Record{}, false
+}
+
+// Write stores the record for a container atomically under stateDir,
+// replacing an earlier one (each claim's hook run rewrites it with the
+// container's new total).
+func Write(stateDir, containerID string, r Record) error {
+	r.Error = eventmsg.Truncate(r.Error, maxErrorLen)
+	dir := filepath.Join(stateDir, Dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create event directory %s: %w", dir, err)
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode event record: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("event record in %s: %w", dir, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write event record %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write event record %s: %w", tmp.Name(), err)
+	}
+	final := filepath.Join(dir, containerID+".json")
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		return fmt.Errorf("store event record %s: %w", final, err)
+	}
+	return nil
+}
+
+// Read decodes the record file at path, of at most MaxBytes. It checks the
+// encoding only: whether the names in it are ones the API could hold is
+// for the reader that turns it into an event (internal/podevents).
+func Read(path string) (Record, error) {
+	var r Record
+	f, err := os.Open(path)
+	if err != nil {
+		return r, err
+	}
+	defer f.Close()
+	data := make([]byte, MaxBytes+1)
+	n, err := f.Read(data)
+	if err != nil && n == 0 {
+		return r, fmt.Errorf("read %s: %w", path, err)
+	}
+	if n > MaxBytes {
+		return r, fmt.Errorf("%s is larger than %d bytes", path, MaxBytes)
+	}
+	if err := json.Unmarshal(data[:n], &r); err != nil {
+		return r, fmt.Errorf("decode %s: %w", path, err)
+	}
+	return r, nil
+}
