@@ -74,11 +74,13 @@ test:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## verify: gofmt, go vet, and the driver's and tools modules requiring the
-## same versions of what both compile (hack/check-modules.sh).
+## verify: gofmt, go vet, the driver's and tools modules requiring the
+## same versions of what both compile (hack/check-modules.sh), and the hook
+## linking no k8s.io/api or client-go (hack/check-hook-deps.sh).
 verify: fmt-check
 	$(NOCGO) $(GO) vet ./...
 	hack/check-modules.sh
+	hack/check-hook-deps.sh
 
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:
