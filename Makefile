@@ -75,12 +75,15 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## verify: gofmt, go vet, the driver's and tools modules requiring the
-## same versions of what both compile (hack/check-modules.sh), and the hook
-## linking no k8s.io/api or client-go (hack/check-hook-deps.sh).
+## same versions of what both compile (hack/check-modules.sh), the hook
+## linking no k8s.io module (hack/check-hook-deps.sh), and the packages'
+## layering: the controller depends on nothing node-side
+## (hack/check-layers.sh).
 verify: fmt-check
 	$(NOCGO) $(GO) vet ./...
 	hack/check-modules.sh
 	hack/check-hook-deps.sh
+	hack/check-layers.sh
 
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:

@@ -22,11 +22,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/commandline"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
 
@@ -57,7 +57,7 @@ func run(args []string, stdout io.Writer) error {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.StringVar(&o.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
-	fs.StringVar(&o.cfg.DriverName, "driver-name", "dra.swap", "DRA driver name.")
+	fs.StringVar(&o.cfg.DriverName, "driver-name", v1alpha1.DriverName, "DRA driver name.")
 	fs.StringVar(&o.cfg.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod, for seamless rolling updates (default $POD_UID).")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
 	fs.StringVar(&o.cfg.Discovery.Root, "host-root", "/", "Where the host's root filesystem is visible (/proc, /sys, the kubelet config).")
@@ -67,7 +67,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.cfg.HookPath, "hook-path", "/opt/dra-swap/bin/dra-swap-hook", "Host path of the dra-swap-hook binary named in the CDI specs.")
 	fs.StringVar(&o.cfg.HookStateDir, "hook-state-dir", "/run/dra-swap/hook", "Host directory where the hook records per-container state (keep it on tmpfs).")
 	fs.StringVar(&o.cfg.InstallHookFrom, "install-hook-from", "", "If set, copy this hook binary to --hook-path under --host-root at start-up.")
-	fs.StringVar(&o.cfg.PluginDataDir, "plugin-data-dir", kubeletplugin.KubeletPluginsDir+"/dra.swap", "Directory for the plugin's socket and checkpoint.")
+	fs.StringVar(&o.cfg.PluginDataDir, "plugin-data-dir", kubeletplugin.KubeletPluginsDir+"/"+v1alpha1.DriverName, "Directory for the plugin's socket and checkpoint.")
 	fs.StringVar(&o.cfg.RegistrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "The kubelet's plugin registration directory.")
 	fs.Float64Var(&o.cfg.Policy.OvercommitRatio, "overcommit-ratio", 1.0, "Swap offered = active swap × this ratio − --reserved.")
 	fs.StringVar(&o.reserved, "reserved", "0", "Swap kept back for system daemons (quantity, e.g. 512Mi).")
@@ -107,7 +107,7 @@ func run(args []string, stdout io.Writer) error {
 	if o.cfg.Policy.DefaultRequestBytes, err = parseBytes("--default-request", o.defaultRequest); err != nil {
 		return err
 	}
-	if o.cfg.Policy.DefaultRequestBytes < swapdevice.Step {
+	if o.cfg.Policy.DefaultRequestBytes < v1alpha1.CapacityStep {
 		return fmt.Errorf("--default-request %s must be at least 1Mi", o.defaultRequest)
 	}
 

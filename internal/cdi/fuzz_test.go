@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 )
 
 func FuzzClaims(f *testing.F) {
@@ -54,7 +56,7 @@ func FuzzClaims(f *testing.F) {
 			t.Fatalf("Claims with %q: %v", names, err)
 		}
 		for i, u := range uids {
-			if !uidPattern.MatchString(u) {
+			if !limits.IsUID(u) {
 				t.Fatalf("Claims listed %q, not a UID (files %q)", u, names)
 			}
 			if slices.Contains(uids[:i], u) {
@@ -72,7 +74,7 @@ func FuzzClaims(f *testing.F) {
 				continue
 			}
 			u, ok = strings.CutPrefix(u, SpecName(""))
-			if ok && uidPattern.MatchString(u) && SpecName(u)+".json" == name && !slices.Contains(uids, u) {
+			if ok && limits.IsUID(u) && SpecName(u)+".json" == name && !slices.Contains(uids, u) {
 				t.Fatalf("Claims = %q misses the spec %q", uids, name)
 			}
 		}
@@ -103,7 +105,7 @@ func FuzzParseDeviceID(f *testing.F) {
 		if !ok {
 			return
 		}
-		if !uidPattern.MatchString(claimUID) {
+		if !limits.IsUID(claimUID) {
 			t.Fatalf("ParseDeviceID(%q) accepted claim UID %q", id, claimUID)
 		}
 		// Every accepted ID is the one this package writes for what it
@@ -113,7 +115,7 @@ func FuzzParseDeviceID(f *testing.F) {
 			if want := parser.QualifiedName(Vendor, Class, claimUID); id != want {
 				t.Fatalf("ParseDeviceID(%q) = %q (v0.1.0 form), which is written %q", id, claimUID, want)
 			}
-		case index >= 0 && index <= maxResultIndex:
+		case index >= 0 && index <= limits.MaxResultIndex:
 			if want := DeviceID(claimUID, index); id != want {
 				t.Fatalf("ParseDeviceID(%q) = %q, %d, which is written %q", id, claimUID, index, want)
 			}

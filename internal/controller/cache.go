@@ -6,7 +6,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 // CacheOptions trim what the cache keeps of pods and nodes to the fields
@@ -30,7 +30,7 @@ func trimPod(obj any) (any, error) {
 	}
 	return &corev1.Pod{
 		TypeMeta:   pod.TypeMeta,
-		ObjectMeta: trimMeta(pod.ObjectMeta, podlabels.ManagedAnnotation),
+		ObjectMeta: trimMeta(pod.ObjectMeta, v1alpha1.AnnotationManagedLabels),
 		Spec: corev1.PodSpec{
 			NodeName:          pod.Spec.NodeName,
 			ResourceClaims:    pod.Spec.ResourceClaims,

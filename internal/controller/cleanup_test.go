@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -33,8 +34,8 @@ func TestRemoveNodeLabels(t *testing.T) {
 		{
 			name: "owned keys removed, other labels and nodes untouched",
 			nodes: map[string]map[string]string{
-				"both":  with(map[string]string{podlabels.SwapBehavior: "LimitedSwap", podlabels.Capacity: "4Gi"}),
-				"one":   with(map[string]string{podlabels.Capacity: "1Gi"}),
+				"both":  with(map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "4Gi"}),
+				"one":   with(map[string]string{v1alpha1.LabelCapacity: "1Gi"}),
 				"none":  others,
 				"empty": nil,
 			},
@@ -51,7 +52,7 @@ func TestRemoveNodeLabels(t *testing.T) {
 		{
 			name: "more labeled nodes than the bound: an error, not an endless walk",
 			nodes: map[string]map[string]string{
-				"a": {podlabels.SwapBehavior: "NoSwap"}, "b": {podlabels.SwapBehavior: "NoSwap"}, "c": {podlabels.SwapBehavior: "NoSwap"},
+				"a": {v1alpha1.LabelSwapBehavior: "NoSwap"}, "b": {v1alpha1.LabelSwapBehavior: "NoSwap"}, "c": {v1alpha1.LabelSwapBehavior: "NoSwap"},
 			},
 			maxNodes: 2,
 			wantErr:  "more than 2",

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -176,7 +176,7 @@ func (e *PendingExplainer) isSwapClass(ctx context.Context, name string) (bool, 
 		return false, err
 	}
 	for _, s := range class.Spec.Selectors {
-		if s.CEL != nil && strings.Contains(s.CEL.Expression, `"`+podlabels.DriverName+`"`) {
+		if s.CEL != nil && strings.Contains(s.CEL.Expression, `"`+v1alpha1.DriverName+`"`) {
 			return true, nil
 		}
 	}
@@ -197,7 +197,7 @@ func (e *PendingExplainer) explain(ctx context.Context) ([]string, error) {
 			continue
 		}
 		for _, d := range s.Spec.Devices {
-			if d.Name != swapdevice.DeviceName {
+			if d.Name != v1alpha1.DeviceName {
 				continue
 			}
 			nodes = append(nodes, "node "+*s.Spec.NodeName+": "+describeDevice(d))
@@ -219,7 +219,7 @@ func describeDevice(d resourceapi.Device) string {
 		}
 		return "swap device tainted " + strings.Join(taints, ", ")
 	}
-	if c, ok := d.Capacity[swapdevice.CapacitySwap]; ok {
+	if c, ok := d.Capacity[v1alpha1.CapacitySwap]; ok {
 		return "offers " + resource.NewQuantity(c.Value.Value(), resource.BinarySI).String() + " of swap in all (not enough left, or the claim's selectors do not match)"
 	}
 	return "offers no swap"

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	swapwebhook "github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
@@ -142,7 +143,7 @@ func Indexes(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	if err := idx.IndexField(ctx, &resourceapi.ResourceSlice{}, IndexNodeName, func(o client.Object) []string {
 		s := o.(*resourceapi.ResourceSlice)
-		if s.Spec.Driver == podlabels.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != "" {
+		if s.Spec.Driver == v1alpha1.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != "" {
 			return []string{*s.Spec.NodeName}
 		}
 		return nil
@@ -177,7 +178,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	sliceNode := func(o client.Object) string {
 		s, ok := o.(*resourceapi.ResourceSlice)
-		if !ok || s.Spec.Driver != podlabels.DriverName || s.Spec.NodeName == nil {
+		if !ok || s.Spec.Driver != v1alpha1.DriverName || s.Spec.NodeName == nil {
 			return ""
 		}
 		return *s.Spec.NodeName

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -58,8 +59,8 @@ func TestPodReconciler(t *testing.T) {
 		want map[string]string // labels after reconcile (only these keys checked; "" = absent)
 	}{
 		{name: "labels a pod with a swap claim", pod: withClaim("a", nil, nil, corev1.PodRunning),
-			want: map[string]string{podlabels.Zone: "z1", podlabels.Hostname: "n1", podlabels.SwapBehavior: "NoSwap"}},
-		{name: "removes a label it set that the node lost", pod: withClaim("b", map[string]string{podlabels.Region: "gone", "app": "x"}, map[string]string{podlabels.ManagedAnnotation: podlabels.Region}, corev1.PodRunning),
+			want: map[string]string{podlabels.Zone: "z1", podlabels.Hostname: "n1", v1alpha1.LabelSwapBehavior: "NoSwap"}},
+		{name: "removes a label it set that the node lost", pod: withClaim("b", map[string]string{podlabels.Region: "gone", "app": "x"}, map[string]string{v1alpha1.AnnotationManagedLabels: podlabels.Region}, corev1.PodRunning),
 			want: map[string]string{podlabels.Region: "", "app": "x", podlabels.Zone: "z1"}},
 		{name: "leaves a finished pod alone", pod: withClaim("c", nil, nil, corev1.PodSucceeded), want: map[string]string{podlabels.Zone: ""}},
 		{name: "leaves a pod without a claim alone", pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "ns"}, Spec: corev1.PodSpec{NodeName: "n1"}},
@@ -96,16 +97,16 @@ func TestNodeReconciler(t *testing.T) {
 		want          map[string]string
 	}{
 		{name: "behavior and capacity", objs: []client.Object{swapSlice("n1", "LimitedSwap", "2Gi")},
-			want: map[string]string{podlabels.SwapBehavior: "LimitedSwap", podlabels.Capacity: "2Gi"}},
+			want: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "2Gi"}},
 		{name: "no usable swap", objs: []client.Object{swapSlice("n1", "NoSwap", "0")},
-			want: map[string]string{podlabels.SwapBehavior: "NoSwap", podlabels.Capacity: ""}},
-		{name: "plugin gone, kept", want: map[string]string{podlabels.SwapBehavior: "LimitedSwap", podlabels.Capacity: "1Gi"}},
-		{name: "plugin gone, removed", removeWithout: true, want: map[string]string{podlabels.SwapBehavior: "", podlabels.Capacity: ""}},
+			want: map[string]string{v1alpha1.LabelSwapBehavior: "NoSwap", v1alpha1.LabelCapacity: ""}},
+		{name: "plugin gone, kept", want: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "1Gi"}},
+		{name: "plugin gone, removed", removeWithout: true, want: map[string]string{v1alpha1.LabelSwapBehavior: "", v1alpha1.LabelCapacity: ""}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{podlabels.SwapBehavior: "LimitedSwap", podlabels.Capacity: "1Gi"}}}
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "1Gi"}}}
 			c := newClient(append(tc.objs, node)...)
 			r := &NodeReconciler{Client: c, Nodes: Nodes{Reader: c}, RemoveWithoutDriver: tc.removeWithout}
 			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
@@ -127,7 +128,7 @@ func TestNodeReconciler(t *testing.T) {
 func TestTrimPod(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"a": "b"},
-			Annotations:   map[string]string{podlabels.ManagedAnnotation: "x", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+			Annotations:   map[string]string{v1alpha1.AnnotationManagedLabels: "x", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
 		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "i"}}},
 	}

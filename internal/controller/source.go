@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -35,15 +35,15 @@ const (
 // heap near 1 GiB). The caller must not change them.
 func driverSlices(ctx context.Context, r client.Reader) ([]resourceapi.ResourceSlice, error) {
 	list := &resourceapi.ResourceSliceList{}
-	if err := r.List(ctx, list, client.MatchingFields{IndexDriver: podlabels.DriverName}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list the %s ResourceSlices: %w", podlabels.DriverName, err)
+	if err := r.List(ctx, list, client.MatchingFields{IndexDriver: v1alpha1.DriverName}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list the %s ResourceSlices: %w", v1alpha1.DriverName, err)
 	}
 	return list.Items, nil
 }
 
 // sliceDriver is IndexDriver's function: the driver's slices only.
 func sliceDriver(o client.Object) []string {
-	if d := o.(*resourceapi.ResourceSlice).Spec.Driver; d == podlabels.DriverName {
+	if d := o.(*resourceapi.ResourceSlice).Spec.Driver; d == v1alpha1.DriverName {
 		return []string{d}
 	}
 	return nil
@@ -76,7 +76,7 @@ func (n Nodes) Node(ctx context.Context, name string) (podlabels.Node, error) {
 			continue
 		}
 		for j := range s.Spec.Devices {
-			if s.Spec.Devices[j].Name == swapdevice.DeviceName {
+			if s.Spec.Devices[j].Name == v1alpha1.DeviceName {
 				out.Device = &s.Spec.Devices[j]
 			}
 		}
@@ -90,7 +90,7 @@ func (n Nodes) Node(ctx context.Context, name string) (podlabels.Node, error) {
 // driver's slices for that node, so a slice like this says what that
 // node's plugin published.
 func trusted(s *resourceapi.ResourceSlice) bool {
-	return s.Spec.Driver == podlabels.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != "" && s.Spec.Pool.Name == *s.Spec.NodeName
+	return s.Spec.Driver == v1alpha1.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != "" && s.Spec.Pool.Name == *s.Spec.NodeName
 }
 
 // LargestOffer is the largest swap capacity any node's device offers.
@@ -106,7 +106,7 @@ func (n Nodes) LargestOffer(ctx context.Context) (int64, error) {
 			continue
 		}
 		for j := range s.Spec.Devices {
-			if c, ok := s.Spec.Devices[j].Capacity[swapdevice.CapacitySwap]; ok {
+			if c, ok := s.Spec.Devices[j].Capacity[v1alpha1.CapacitySwap]; ok {
 				largest = max(largest, c.Value.Value())
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 )
 
@@ -22,7 +23,7 @@ func FuzzParseArgs(f *testing.F) {
 		{"--swap-limit=314572800", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook"},
 		{"--swap-limit=104857600", "--claim-uid=" + claimB, "--state-dir=/run/dra-swap/hook", "--swap-high=83886080", "--zswap=off", "--swappiness=0"},
 		{"--swap-limit=0", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--zswap=on", "--swappiness=100"},
-		{"--swap-limit=4611686018427387904", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--swap-high=4611686018427387904"},
+		{"--swap-limit=1125899906842624", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--swap-high=1125899906842624"},
 		// createRuntime, with the flags release v0.2.0 adds.
 		{"--swap-limit=1073741824", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--swap-high=858993459", "--zswap=off", "--swappiness=10",
 			"--result-index=0", "--pod-uid=3f2e1d0c-9b8a-4766-8554-433221100fed", "--pod-swap-limit=1610612736"},
@@ -96,7 +97,7 @@ func FuzzParseArgs(f *testing.F) {
 // canonicalArgs and diffParsed.
 func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 	t.Helper()
-	if !hookstate.UIDPattern.MatchString(req.ClaimUID) {
+	if !limits.IsUID(req.ClaimUID) {
 		t.Errorf("ParseArgs(%q) accepted claim UID %q", args, req.ClaimUID)
 	}
 	for name, p := range map[string]string{"state dir": cfg.StateDir, "proc root": cfg.ProcRoot, "cgroup root": cfg.CgroupRoot} {
@@ -104,10 +105,10 @@ func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 			t.Errorf("ParseArgs(%q) accepted %s %q, not a clean absolute path", args, name, p)
 		}
 	}
-	if req.PodUID != "" && !hookstate.UIDPattern.MatchString(req.PodUID) {
+	if req.PodUID != "" && !limits.IsUID(req.PodUID) {
 		t.Errorf("ParseArgs(%q) accepted pod UID %q", args, req.PodUID)
 	}
-	if req.ResultIndex < -1 || req.ResultIndex > hookstate.MaxResultIndex {
+	if req.ResultIndex < -1 || req.ResultIndex > limits.MaxResultIndex {
 		t.Errorf("ParseArgs(%q) accepted result index %d", args, req.ResultIndex)
 	}
 	s := req.Share
@@ -117,11 +118,11 @@ func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 		}
 		return
 	}
-	if s.PodSwapLimit != nil && (*s.PodSwapLimit < 0 || *s.PodSwapLimit > hookstate.MaxSwapBytes) {
-		t.Errorf("ParseArgs(%q) accepted pod swap limit %d outside 0..%d", args, *s.PodSwapLimit, hookstate.MaxSwapBytes)
+	if s.PodSwapLimit != nil && (*s.PodSwapLimit < 0 || *s.PodSwapLimit > limits.MaxSwapBytes) {
+		t.Errorf("ParseArgs(%q) accepted pod swap limit %d outside 0..%d", args, *s.PodSwapLimit, limits.MaxSwapBytes)
 	}
-	if s.SwapLimit < 0 || s.SwapLimit > hookstate.MaxSwapBytes {
-		t.Errorf("ParseArgs(%q) accepted swap limit %d outside 0..%d", args, s.SwapLimit, hookstate.MaxSwapBytes)
+	if s.SwapLimit < 0 || s.SwapLimit > limits.MaxSwapBytes {
+		t.Errorf("ParseArgs(%q) accepted swap limit %d outside 0..%d", args, s.SwapLimit, limits.MaxSwapBytes)
 	}
 	if s.SwapHigh != nil && (*s.SwapHigh < 0 || *s.SwapHigh > s.SwapLimit) {
 		t.Errorf("ParseArgs(%q) accepted swap high %d outside 0..%d", args, *s.SwapHigh, s.SwapLimit)

@@ -18,13 +18,13 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 )
 
 const (
 	// MaxStateBytes bounds what is read from stdin.
 	MaxStateBytes = 1 << 20
-	maxSwapBytes  = hookstate.MaxSwapBytes
 )
 
 // Config says where the hook finds the host's files.
@@ -116,7 +116,7 @@ func ParseArgs(args []string) (Config, Request, error) {
 	if fs.NArg() > 0 {
 		return cfg, req, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if !hookstate.UIDPattern.MatchString(req.ClaimUID) {
+	if !limits.IsUID(req.ClaimUID) {
 		return cfg, req, fmt.Errorf("--claim-uid %q is not a Kubernetes UID", req.ClaimUID)
 	}
 	for name, p := range map[string]string{"--state-dir": cfg.StateDir, "--proc-root": cfg.ProcRoot, "--cgroup-root": cfg.CgroupRoot} {
@@ -134,23 +134,23 @@ func ParseArgs(args []string) (Config, Request, error) {
 	var err error
 	req.ResultIndex = -1
 	if resultIndex != "" {
-		v, err := parseNumber("--result-index", resultIndex, hookstate.MaxResultIndex)
+		v, err := parseNumber("--result-index", resultIndex, limits.MaxResultIndex)
 		if err != nil {
 			return cfg, req, err
 		}
 		req.ResultIndex = int(v)
 	}
-	if req.PodUID != "" && !hookstate.UIDPattern.MatchString(req.PodUID) {
+	if req.PodUID != "" && !limits.IsUID(req.PodUID) {
 		return cfg, req, fmt.Errorf("--pod-uid %q is not a Kubernetes UID", req.PodUID)
 	}
 	if podLimit != "" {
-		v, err := parseNumber("--pod-swap-limit", podLimit, maxSwapBytes)
+		v, err := parseNumber("--pod-swap-limit", podLimit, limits.MaxSwapBytes)
 		if err != nil {
 			return cfg, req, err
 		}
 		req.Share.PodSwapLimit = &v
 	}
-	if req.Share.SwapLimit, err = parseNumber("--swap-limit", limit, maxSwapBytes); err != nil {
+	if req.Share.SwapLimit, err = parseNumber("--swap-limit", limit, limits.MaxSwapBytes); err != nil {
 		return cfg, req, err
 	}
 	if high != "" {
@@ -204,7 +204,7 @@ func ParseState(r io.Reader) (*specs.State, error) {
 	if err := json.Unmarshal(data, &state); err != nil {
 		return nil, fmt.Errorf("decode OCI state from stdin: %w", err)
 	}
-	if !hookstate.ContainerIDPattern.MatchString(state.ID) {
+	if !limits.IsContainerID(state.ID) {
 		return nil, fmt.Errorf("OCI state: container id %q is not a valid container ID", state.ID)
 	}
 	return &state, nil

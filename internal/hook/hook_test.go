@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 )
 
 const (
@@ -214,6 +214,8 @@ func TestRejectsBadInput(t *testing.T) {
 		{name: "negative limit", args: []string{"--swap-limit=-1", "--claim-uid=" + claimA}, wantErr: "whole number"},
 		{name: "text limit", args: []string{"--swap-limit=1Gi", "--claim-uid=" + claimA}, wantErr: "whole number"},
 		{name: "huge limit", args: []string{"--swap-limit=99999999999999999999", "--claim-uid=" + claimA}, wantErr: "whole number"},
+		{name: "limit above the largest swap value", args: []string{"--swap-limit=1125899906842625", "--claim-uid=" + claimA}, wantErr: "whole number from 0 to 1125899906842624"},
+		{name: "pod limit above the largest swap value", args: []string{"--swap-limit=10", "--claim-uid=" + claimA, "--pod-uid=3f2e1d0c-9b8a-4766-8554-433221100fed", "--pod-swap-limit=1125899906842625"}, wantErr: "--pod-swap-limit"},
 		{name: "high above limit", args: []string{"--swap-limit=10", "--swap-high=11", "--claim-uid=" + claimA}, wantErr: "--swap-high"},
 		{name: "bad zswap", args: []string{"--swap-limit=10", "--zswap=maybe", "--claim-uid=" + claimA}, wantErr: "--zswap"},
 		{name: "swappiness 101", args: []string{"--swap-limit=10", "--swappiness=101", "--claim-uid=" + claimA}, wantErr: "--swappiness"},
@@ -285,7 +287,7 @@ func FuzzParseState(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !hookstate.ContainerIDPattern.MatchString(state.ID) || strings.ContainsAny(state.ID, "/\x00") {
+		if !limits.IsContainerID(state.ID) || strings.ContainsAny(state.ID, "/\x00") {
 			t.Fatalf("accepted container id %q", state.ID)
 		}
 		_ = ContainerName(state)

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 )
 
 func FuzzReadContainer(f *testing.F) {
@@ -26,7 +28,7 @@ func FuzzReadContainer(f *testing.F) {
 		f.Add(seed.id, []byte(seed.data))
 	}
 	f.Fuzz(func(t *testing.T, id string, data []byte) {
-		if !ContainerIDPattern.MatchString(id) {
+		if !limits.IsContainerID(id) {
 			return // the directories under the state dir have such names
 		}
 		dir := filepath.Join(t.TempDir(), id)
@@ -57,7 +59,7 @@ func FuzzReadContainer(f *testing.F) {
 		if c.PodCgroupGroup != "" && (c.PodCgroupGroup != filepath.Dir(c.CgroupGroup) || c.PodCgroupGroup == "/") {
 			t.Fatalf("ReadContainer(%q) = pod cgroup %q for cgroup %q", data, c.PodCgroupGroup, c.CgroupGroup)
 		}
-		if c.PodUID != "" && !UIDPattern.MatchString(c.PodUID) {
+		if c.PodUID != "" && !limits.IsUID(c.PodUID) {
 			t.Fatalf("ReadContainer(%q) = pod UID %q", data, c.PodUID)
 		}
 		// What is read is written back the same.
@@ -82,8 +84,8 @@ func FuzzSum(f *testing.F) {
 		{`{"swapLimit":314572800}`, `{"swapLimit":104857600}`, true},
 		{`{"swapLimit":104857600,"swapHigh":83886080,"zswap":false,"swappiness":0,"podSwapLimit":419430400}`, `{"swapLimit":314572800,"zswap":true,"swappiness":60,"podSwapLimit":209715200}`, true},
 		{`{"swapLimit":100,"swapHigh":80}`, `{"swapLimit":200,"swapHigh":0}`, true},
-		{`{"swapLimit":4611686018427387904}`, `{"swapLimit":1}`, true},
-		{`{"swapLimit":4611686018427387904,"swapHigh":4611686018427387904}`, ``, false},
+		{`{"swapLimit":1125899906842624}`, `{"swapLimit":1}`, true},
+		{`{"swapLimit":1125899906842624,"swapHigh":1125899906842624}`, ``, false},
 		{`{"swapLimit":-1}`, `{}`, true},
 		{`{"swapLimit":1,"swapHigh":2}`, `{}`, true},
 		{`{"swapLimit":1,"swappiness":101}`, `{}`, true},
@@ -131,7 +133,7 @@ func FuzzSum(f *testing.F) {
 		want, ok := combine(ta, tb)
 		if !ok {
 			if err == nil {
-				t.Fatalf("Sum of %q and %q = %+v, limits beyond %d", a, b, total, MaxSwapBytes)
+				t.Fatalf("Sum of %q and %q = %+v, limits beyond %d", a, b, total, limits.MaxSwapBytes)
 			}
 			return
 		}
@@ -148,8 +150,8 @@ func checkTotals(t *testing.T, total Totals, shares int) {
 	if total.Shares != shares {
 		t.Fatalf("Sum counted %d shares, want %d", total.Shares, shares)
 	}
-	if c.SwapLimit < 0 || c.SwapLimit > MaxSwapBytes {
-		t.Fatalf("Sum = swap limit %d, outside 0..%d", c.SwapLimit, MaxSwapBytes)
+	if c.SwapLimit < 0 || c.SwapLimit > limits.MaxSwapBytes {
+		t.Fatalf("Sum = swap limit %d, outside 0..%d", c.SwapLimit, limits.MaxSwapBytes)
 	}
 	if c.SwapHigh != nil && (*c.SwapHigh < 0 || *c.SwapHigh > c.SwapLimit) {
 		t.Fatalf("Sum = swap high %d, outside 0..%d", *c.SwapHigh, c.SwapLimit)
@@ -157,8 +159,8 @@ func checkTotals(t *testing.T, total Totals, shares int) {
 	if c.Swappiness != nil && *c.Swappiness > 100 {
 		t.Fatalf("Sum = swappiness %d", *c.Swappiness)
 	}
-	if p := total.PodSwapLimit; p != nil && (*p < 0 || *p > MaxSwapBytes) {
-		t.Fatalf("Sum = pod swap limit %d, outside 0..%d", *p, MaxSwapBytes)
+	if p := total.PodSwapLimit; p != nil && (*p < 0 || *p > limits.MaxSwapBytes) {
+		t.Fatalf("Sum = pod swap limit %d, outside 0..%d", *p, limits.MaxSwapBytes)
 	}
 }
 
@@ -166,7 +168,7 @@ func checkTotals(t *testing.T, total Totals, shares int) {
 // false when the limits add up to more than MaxSwapBytes.
 func combine(a, b Totals) (Totals, bool) {
 	x, y := a.Container, b.Container
-	if x.SwapLimit > MaxSwapBytes-y.SwapLimit {
+	if x.SwapLimit > limits.MaxSwapBytes-y.SwapLimit {
 		return Totals{}, false
 	}
 	out := Totals{Shares: a.Shares + b.Shares}

@@ -27,13 +27,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
 )
 
@@ -42,25 +42,31 @@ const (
 	ContainerFile = "container.json"
 	// LockFile, in the state directory, is the lock of Lock and RLock.
 	LockFile = ".lock"
-	// MaxSwapBytes bounds a share and a sum.
-	MaxSwapBytes = int64(1) << 62
 
 	maxFileBytes = 64 << 10
 )
 
-var (
-	// UIDPattern matches a Kubernetes UID (a claim's, a pod's).
-	UIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	// ContainerIDPattern matches the container IDs that name directories.
-	ContainerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-	// shareKeyPattern matches the names of share files: a claim UID,
-	// optionally followed by "." and an allocation result's index.
-	shareKeyPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.[0-9]{1,4})?$`)
-)
-
-// MaxResultIndex bounds the allocation result index in a share key (the
-// API allows at most 32 results per claim; the bound leaves room).
-const MaxResultIndex = 9999
+// isShareKey reports whether name names a share file: a claim UID,
+// optionally followed by "." and an allocation result's index (1 to 4
+// digits, so at most limits.MaxResultIndex).
+func isShareKey(name string) bool {
+	uid, index, indexed := strings.Cut(name, ".")
+	if !limits.IsUID(uid) {
+		return false
+	}
+	if !indexed {
+		return true
+	}
+	if len(index) < 1 || len(index) > 4 {
+		return false
+	}
+	for _, c := range index {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // ShareKey names the share of one allocation result of a claim; a
 // negative index names the share of the whole claim (the form of specs
@@ -131,7 +137,7 @@ func (c Container) PodTarget(cgroupRoot string) (cgroupswap.Target, bool) {
 
 // Dir is the container's directory.
 func Dir(stateDir, containerID string) (string, error) {
-	if !ContainerIDPattern.MatchString(containerID) {
+	if !limits.IsContainerID(containerID) {
 		return "", fmt.Errorf("container id %q is not a valid container ID", containerID)
 	}
 	return filepath.Join(stateDir, containerID), nil
@@ -140,7 +146,7 @@ func Dir(stateDir, containerID string) (string, error) {
 // Record writes a share atomically into the container's dir under key
 // (see ShareKey).
 func Record(dir, key string, share Share) error {
-	if !shareKeyPattern.MatchString(key) {
+	if !isShareKey(key) {
 		return fmt.Errorf("share %q is not a claim UID with an optional result index", key)
 	}
 	if err := share.validate(); err != nil {
@@ -157,8 +163,8 @@ func Record(dir, key string, share Share) error {
 }
 
 func (s Share) validate() error {
-	if s.SwapLimit < 0 || s.SwapLimit > MaxSwapBytes {
-		return fmt.Errorf("swap limit %d out of range 0..%d", s.SwapLimit, MaxSwapBytes)
+	if s.SwapLimit < 0 || s.SwapLimit > limits.MaxSwapBytes {
+		return fmt.Errorf("swap limit %d out of range 0..%d", s.SwapLimit, limits.MaxSwapBytes)
 	}
 	if s.SwapHigh != nil && (*s.SwapHigh < 0 || *s.SwapHigh > s.SwapLimit) {
 		return fmt.Errorf("swap high %d out of range 0..%d", *s.SwapHigh, s.SwapLimit)
@@ -166,8 +172,8 @@ func (s Share) validate() error {
 	if s.Swappiness != nil && *s.Swappiness > 100 {
 		return fmt.Errorf("swappiness %d out of range 0..100", *s.Swappiness)
 	}
-	if s.PodSwapLimit != nil && (*s.PodSwapLimit < 0 || *s.PodSwapLimit > MaxSwapBytes) {
-		return fmt.Errorf("pod swap limit %d out of range 0..%d", *s.PodSwapLimit, MaxSwapBytes)
+	if s.PodSwapLimit != nil && (*s.PodSwapLimit < 0 || *s.PodSwapLimit > limits.MaxSwapBytes) {
+		return fmt.Errorf("pod swap limit %d out of range 0..%d", *s.PodSwapLimit, limits.MaxSwapBytes)
 	}
 	return nil
 }
@@ -207,7 +213,7 @@ func ReadContainer(dir string) (Container, error) {
 }
 
 func (c Container) validate() error {
-	if !ContainerIDPattern.MatchString(c.ID) {
+	if !limits.IsContainerID(c.ID) {
 		return fmt.Errorf("container id %q is not a valid container ID", c.ID)
 	}
 	if c.CgroupVersion != 1 && c.CgroupVersion != 2 {
@@ -220,7 +226,7 @@ func (c Container) validate() error {
 	if c.PodCgroupGroup != "" && (c.PodCgroupGroup != filepath.Dir(c.CgroupGroup) || c.PodCgroupGroup == "/") {
 		return fmt.Errorf("container %s: pod cgroup %q is not the parent of its cgroup %q", c, c.PodCgroupGroup, c.CgroupGroup)
 	}
-	if c.PodUID != "" && !UIDPattern.MatchString(c.PodUID) {
+	if c.PodUID != "" && !limits.IsUID(c.PodUID) {
 		return fmt.Errorf("container %s: pod UID %q is not a Kubernetes UID", c, c.PodUID)
 	}
 	return nil
@@ -253,7 +259,7 @@ func Sum(dir string) (Totals, error) {
 	var high int64
 	anyHigh := false
 	for _, e := range entries {
-		if !shareKeyPattern.MatchString(e.Name()) {
+		if !isShareKey(e.Name()) {
 			continue // container.json, temporary files
 		}
 		data, err := readFile(filepath.Join(dir, e.Name()))
@@ -270,8 +276,8 @@ func Sum(dir string) (Totals, error) {
 		if err := s.validate(); err != nil {
 			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
 		}
-		if total.SwapLimit > MaxSwapBytes-s.SwapLimit {
-			return t, fmt.Errorf("hook state %s/%s: swap limits add up to more than %d", dir, e.Name(), MaxSwapBytes)
+		if total.SwapLimit > limits.MaxSwapBytes-s.SwapLimit {
+			return t, fmt.Errorf("hook state %s/%s: swap limits add up to more than %d", dir, e.Name(), limits.MaxSwapBytes)
 		}
 		t.Shares++
 		total.SwapLimit += s.SwapLimit
@@ -309,7 +315,7 @@ func Claims(dir string) ([]string, error) {
 	}
 	var uids []string
 	for _, e := range entries {
-		if !shareKeyPattern.MatchString(e.Name()) {
+		if !isShareKey(e.Name()) {
 			continue
 		}
 		uid, _, _ := strings.Cut(e.Name(), ".")
@@ -332,7 +338,7 @@ func List(stateDir string) ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		if e.IsDir() && ContainerIDPattern.MatchString(e.Name()) {
+		if e.IsDir() && limits.IsContainerID(e.Name()) {
 			ids = append(ids, e.Name())
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
 )
 
@@ -86,7 +87,7 @@ func TestShareKey(t *testing.T) {
 		{-1, claimA},
 		{0, claimA + ".0"},
 		{31, claimA + ".31"},
-		{MaxResultIndex, claimA + ".9999"},
+		{limits.MaxResultIndex, claimA + ".9999"},
 	} {
 		key := ShareKey(claimA, tc.index)
 		if key != tc.want {
@@ -108,7 +109,7 @@ func TestRecord(t *testing.T) {
 	}{
 		{name: "whole claim", key: claimA, share: Share{SwapLimit: 300 << 20}},
 		{name: "one result", key: claimA + ".0", share: Share{SwapLimit: 100 << 20, SwapHigh: ptr.To[int64](80 << 20), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](0), PodSwapLimit: ptr.To[int64](400 << 20)}},
-		{name: "largest", key: claimA + ".9999", share: Share{SwapLimit: MaxSwapBytes, SwapHigh: ptr.To(MaxSwapBytes), Swappiness: ptr.To[uint64](100), PodSwapLimit: ptr.To(MaxSwapBytes)}},
+		{name: "largest", key: claimA + ".9999", share: Share{SwapLimit: limits.MaxSwapBytes, SwapHigh: ptr.To(limits.MaxSwapBytes), Swappiness: ptr.To[uint64](100), PodSwapLimit: ptr.To(limits.MaxSwapBytes)}},
 		{name: "zero", key: claimB, share: Share{}},
 		{name: "empty key", key: "", wantErr: "is not a claim UID"},
 		{name: "path", key: "../" + claimA, wantErr: "is not a claim UID"},
@@ -118,7 +119,7 @@ func TestRecord(t *testing.T) {
 		{name: "negative index", key: claimA + ".-1", wantErr: "is not a claim UID"},
 		{name: "suffix", key: claimA + ".json", wantErr: "is not a claim UID"},
 		{name: "negative limit", key: claimA, share: Share{SwapLimit: -1}, wantErr: "swap limit -1 out of range"},
-		{name: "limit too large", key: claimA, share: Share{SwapLimit: MaxSwapBytes + 1}, wantErr: "out of range"},
+		{name: "limit too large", key: claimA, share: Share{SwapLimit: limits.MaxSwapBytes + 1}, wantErr: "out of range"},
 		{name: "high above limit", key: claimA, share: Share{SwapLimit: 10, SwapHigh: ptr.To[int64](11)}, wantErr: "swap high 11 out of range 0..10"},
 		{name: "negative high", key: claimA, share: Share{SwapLimit: 10, SwapHigh: ptr.To[int64](-1)}, wantErr: "swap high"},
 		{name: "swappiness", key: claimA, share: Share{SwapLimit: 10, Swappiness: ptr.To[uint64](101)}, wantErr: "swappiness 101"},
@@ -319,12 +320,12 @@ func TestSum(t *testing.T) {
 			want: Totals{Container: cgroupswap.Settings{Swappiness: ptr.To[uint64](10)}, Shares: 3}},
 		{name: "largest pod limit", shares: map[string]Share{claimA: {SwapLimit: 1, PodSwapLimit: ptr.To[int64](300)}, claimB: {SwapLimit: 2, PodSwapLimit: ptr.To[int64](100)}, claimB + ".1": {SwapLimit: 3}},
 			want: Totals{Container: cgroupswap.Settings{SwapLimit: 6}, PodSwapLimit: ptr.To[int64](300), Shares: 3}},
-		{name: "largest sum", shares: map[string]Share{claimA: {SwapLimit: MaxSwapBytes - 1}, claimB: {SwapLimit: 1}},
-			want: Totals{Container: cgroupswap.Settings{SwapLimit: MaxSwapBytes}, Shares: 2}},
+		{name: "largest sum", shares: map[string]Share{claimA: {SwapLimit: limits.MaxSwapBytes - 1}, claimB: {SwapLimit: 1}},
+			want: Totals{Container: cgroupswap.Settings{SwapLimit: limits.MaxSwapBytes}, Shares: 2}},
 		{name: "other files are skipped", shares: map[string]Share{claimA: {SwapLimit: 7}},
 			files: map[string]string{ContainerFile: `{"id":"x"}`, ".tmp-123": "{partial", "README": "x", claimB + ".json": "x", claimB + ".10000": "x", strings.ToUpper(claimB): "x"},
 			want:  Totals{Container: cgroupswap.Settings{SwapLimit: 7}, Shares: 1}},
-		{name: "sum too large", shares: map[string]Share{claimA: {SwapLimit: MaxSwapBytes}, claimB: {SwapLimit: 1}}, wantErr: "add up to more than"},
+		{name: "sum too large", shares: map[string]Share{claimA: {SwapLimit: limits.MaxSwapBytes}, claimB: {SwapLimit: 1}}, wantErr: "add up to more than"},
 		{name: "malformed share", files: map[string]string{claimA: "{"}, wantErr: "hook state"},
 		{name: "wrong type", files: map[string]string{claimA: `{"swapLimit":"1Gi"}`}, wantErr: "hook state"},
 		{name: "negative limit", files: map[string]string{claimA: `{"swapLimit":-1}`}, wantErr: "out of range"},

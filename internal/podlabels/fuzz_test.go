@@ -5,12 +5,14 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 func FuzzParseManaged(f *testing.F) {
 	for _, seed := range []string{
 		"",
-		Zone + "," + Hostname + "," + SwapBehavior,
+		Zone + "," + Hostname + "," + v1alpha1.LabelSwapBehavior,
 		"example.com/rack,topology.kubernetes.io/region",
 		" example.com/rack , ,topology.kubernetes.io/zone,",
 		"a,b/c,-bad,bad-,UPPER.example.com/x,x/",

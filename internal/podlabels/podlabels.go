@@ -18,21 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
+// Zone, Region and Hostname are the well-known topology labels. The
+// driver's own keys are in api/swap/v1alpha1.
 const (
-	// DriverName is the DRA driver whose slices and claims count.
-	DriverName = "dra.swap"
-	// SwapBehavior is the KEP-5425 node label, also copied onto pods.
-	SwapBehavior = "node.kubernetes.io/swap-behavior"
-	// Capacity is the swap a node offers, in binary units ("4Gi"), for humans.
-	Capacity = "dra.swap/capacity"
-	// ManagedAnnotation on a pod lists, comma-separated and sorted, the
-	// label keys the driver set, so that it removes only its own labels.
-	ManagedAnnotation = "dra.swap/managed-labels"
-	// Zone, Region and Hostname are the well-known topology labels.
 	Zone     = corev1.LabelTopologyZone
 	Region   = corev1.LabelTopologyRegion
 	Hostname = corev1.LabelHostname
@@ -40,7 +31,7 @@ const (
 
 // TopologyKeys are the labels every selected pod gets (when its node has a
 // value), read from the node's device attributes first, then from the Node.
-var TopologyKeys = []string{Zone, Region, Hostname, SwapBehavior}
+var TopologyKeys = []string{Zone, Region, Hostname, v1alpha1.LabelSwapBehavior}
 
 // Node is what the controller knows of a node: its labels and, when the
 // kubelet plugin runs there, the device it published.
@@ -68,8 +59,8 @@ func (n Node) stringAttribute(name resourceapi.QualifiedName) string {
 // SwapBehavior is the kubelet's swap behavior as the plugin published it
 // (NoSwap or LimitedSwap), or "" when unknown.
 func (n Node) SwapBehavior() string {
-	switch b := n.stringAttribute(swapdevice.AttrSwapBehavior); b {
-	case discovery.SwapBehaviorNoSwap, discovery.SwapBehaviorLimitedSwap:
+	switch b := n.stringAttribute(v1alpha1.AttrSwapBehavior); b {
+	case v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap:
 		return b
 	}
 	return ""
@@ -80,7 +71,7 @@ func (n Node) OfferBytes() int64 {
 	if n.Device == nil {
 		return 0
 	}
-	c, ok := n.Device.Capacity[swapdevice.CapacitySwap]
+	c, ok := n.Device.Capacity[v1alpha1.CapacitySwap]
 	if !ok {
 		return 0
 	}
@@ -118,7 +109,7 @@ func (p Policy) Validate() error {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return fmt.Errorf("allowlisted label key %q: %s", k, strings.Join(errs, "; "))
 		}
-		if k == ManagedAnnotation || k == Capacity {
+		if k == v1alpha1.AnnotationManagedLabels || k == v1alpha1.LabelCapacity {
 			return fmt.Errorf("allowlisted label key %q is the driver's own", k)
 		}
 	}
@@ -171,16 +162,16 @@ func (p Policy) PodLabels(n Node) map[string]string {
 		}
 	}
 	if b := n.SwapBehavior(); b != "" {
-		out[SwapBehavior] = b
-	} else if v := n.Labels[SwapBehavior]; v != "" {
-		out[SwapBehavior] = v
+		out[v1alpha1.LabelSwapBehavior] = b
+	} else if v := n.Labels[v1alpha1.LabelSwapBehavior]; v != "" {
+		out[v1alpha1.LabelSwapBehavior] = v
 	}
 	return out
 }
 
 // PodChange is how a pod's labels must change: labels to set, labels to
-// remove (only ones the driver set before), and the new value of the
-// ManagedAnnotation.
+// remove (only ones the driver set before), and the new value of
+// the v1alpha1.AnnotationManagedLabels annotation.
 type PodChange struct {
 	Set     map[string]string
 	Remove  []string
@@ -207,13 +198,13 @@ func (p Policy) OwnedKeys() []string {
 	return slices.Compact(keys)
 }
 
-// Diff compares a pod's labels and ManagedAnnotation with the desired
+// Diff compares a pod's labels and the managed-labels annotation with the desired
 // labels. A label the driver set earlier (listed in the annotation), that
 // it owns (owns says; the annotation is the pod's, so anyone who can edit
 // the pod can list any key in it) and no longer wants is removed; a label
 // it never set is overwritten when desired, never removed.
 func Diff(pod *corev1.Pod, desired map[string]string, owns func(key string) bool) PodChange {
-	current := pod.Annotations[ManagedAnnotation]
+	current := pod.Annotations[v1alpha1.AnnotationManagedLabels]
 	change := PodChange{Set: map[string]string{}, Managed: Managed(desired)}
 	change.ManagedChanged = current != change.Managed
 	for k, v := range desired {
@@ -250,17 +241,17 @@ func (c PodChange) MergePatch() ([]byte, error) {
 	}
 	return json.Marshal(map[string]any{"metadata": map[string]any{
 		"labels":      labels,
-		"annotations": map[string]any{ManagedAnnotation: managed},
+		"annotations": map[string]any{v1alpha1.AnnotationManagedLabels: managed},
 	}})
 }
 
-// Managed is the ManagedAnnotation value for a set of labels.
+// Managed is the v1alpha1.AnnotationManagedLabels value for a set of labels.
 func Managed(labels map[string]string) string {
 	keys := slices.Sorted(maps.Keys(labels))
 	return strings.Join(keys, ",")
 }
 
-// ParseManaged splits a ManagedAnnotation value; anything that is not a
+// ParseManaged splits an annotation value; anything that is not a
 // qualified label key is ignored, so a user-edited annotation can only
 // make the driver remove its own kind of labels.
 func ParseManaged(v string) []string {
@@ -295,25 +286,25 @@ func NodeLabels(n Node, removeWithoutDriver bool) NodeChange {
 	}
 	if !n.RunsDriver() {
 		if removeWithoutDriver {
-			remove(SwapBehavior)
-			remove(Capacity)
+			remove(v1alpha1.LabelSwapBehavior)
+			remove(v1alpha1.LabelCapacity)
 		}
 		return change
 	}
 	if b := n.SwapBehavior(); b != "" {
-		set(SwapBehavior, b)
+		set(v1alpha1.LabelSwapBehavior, b)
 	}
 	if offer := n.OfferBytes(); offer > 0 {
-		set(Capacity, resource.NewQuantity(offer, resource.BinarySI).String())
+		set(v1alpha1.LabelCapacity, resource.NewQuantity(offer, resource.BinarySI).String())
 	} else {
-		remove(Capacity)
+		remove(v1alpha1.LabelCapacity)
 	}
 	return change
 }
 
 // NodeKeys are the labels the controller sets on Nodes (NodeLabels): the
 // only ones RemoveNodeLabels removes.
-func NodeKeys() []string { return []string{SwapBehavior, Capacity} }
+func NodeKeys() []string { return []string{v1alpha1.LabelSwapBehavior, v1alpha1.LabelCapacity} }
 
 // RemoveNodeLabels is the change that removes the controller's labels
 // (NodeKeys) from a Node with these labels, as the driver's uninstall
@@ -361,7 +352,7 @@ func HasSwapDevice(claim *resourceapi.ResourceClaim) bool {
 		return false
 	}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver == DriverName {
+		if r.Driver == v1alpha1.DriverName {
 			return true
 		}
 	}

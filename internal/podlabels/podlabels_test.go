@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
@@ -56,45 +57,45 @@ func TestPodLabels(t *testing.T) {
 		{
 			name: "attributes of the device",
 			node: func(t *testing.T) Node {
-				return Node{Labels: nodeLabels, Device: device(t, discovery.SwapBehaviorLimitedSwap, 4*gi, nodeLabels)}
+				return Node{Labels: nodeLabels, Device: device(t, v1alpha1.SwapBehaviorLimitedSwap, 4*gi, nodeLabels)}
 			},
-			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "LimitedSwap"},
+			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", v1alpha1.LabelSwapBehavior: "LimitedSwap"},
 		},
 		{
 			name: "attributes win over Node labels that changed since the plugin published",
 			node: func(t *testing.T) Node {
-				return Node{Labels: map[string]string{Zone: "zone-new"}, Device: device(t, discovery.SwapBehaviorNoSwap, 4*gi, nodeLabels)}
+				return Node{Labels: map[string]string{Zone: "zone-new"}, Device: device(t, v1alpha1.SwapBehaviorNoSwap, 4*gi, nodeLabels)}
 			},
-			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "NoSwap"},
+			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", v1alpha1.LabelSwapBehavior: "NoSwap"},
 		},
 		{
 			name: "Node labels fill missing attributes",
 			node: func(t *testing.T) Node {
-				return Node{Labels: nodeLabels, Device: device(t, discovery.SwapBehaviorNoSwap, 4*gi, nil)}
+				return Node{Labels: nodeLabels, Device: device(t, v1alpha1.SwapBehaviorNoSwap, 4*gi, nil)}
 			},
-			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "NoSwap"},
+			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", v1alpha1.LabelSwapBehavior: "NoSwap"},
 		},
 		{
 			name: "unknown behavior falls back to the Node label",
 			node: func(t *testing.T) Node {
-				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap"}, Device: device(t, discovery.SwapBehaviorUnknown, 4*gi, nil)}
+				return Node{Labels: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap"}, Device: device(t, v1alpha1.SwapBehaviorUnknown, 4*gi, nil)}
 			},
-			want: map[string]string{SwapBehavior: "LimitedSwap"},
+			want: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap"},
 		},
 		{
 			name: "node without usable swap still reports its behavior",
 			node: func(t *testing.T) Node {
-				return Node{Labels: nodeLabels, Device: device(t, discovery.SwapBehaviorNoSwap, 0, nodeLabels)}
+				return Node{Labels: nodeLabels, Device: device(t, v1alpha1.SwapBehaviorNoSwap, 0, nodeLabels)}
 			},
-			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "NoSwap"},
+			want: map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", v1alpha1.LabelSwapBehavior: "NoSwap"},
 		},
 		{
 			name: "allowlisted labels only",
 			node: func(t *testing.T) Node {
-				return Node{Labels: nodeLabels, Device: device(t, discovery.SwapBehaviorNoSwap, 4*gi, nodeLabels)}
+				return Node{Labels: nodeLabels, Device: device(t, v1alpha1.SwapBehaviorNoSwap, 4*gi, nodeLabels)}
 			},
 			allowlist: []string{"example.com/rack", "example.com/absent"},
-			want:      map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", SwapBehavior: "NoSwap", "example.com/rack": "r7"},
+			want:      map[string]string{Zone: "zone-a", Region: "region-1", Hostname: "host-a", v1alpha1.LabelSwapBehavior: "NoSwap", "example.com/rack": "r7"},
 		},
 	}
 	for _, tc := range tests {
@@ -129,7 +130,7 @@ func TestPolicyValidateAndSelects(t *testing.T) {
 		{name: "namespaces without selector", policy: Policy{Selection: SelectNamespaces}, wantErr: "namespace selector"},
 		{name: "unknown selection", policy: Policy{Selection: "some"}, wantErr: `"some"`},
 		{name: "bad allowlist key", policy: Policy{Selection: SelectAll, Allowlist: []string{"not a key"}}, wantErr: `"not a key"`},
-		{name: "own key", policy: Policy{Selection: SelectAll, Allowlist: []string{Capacity}}, wantErr: "driver's own"},
+		{name: "own key", policy: Policy{Selection: SelectAll, Allowlist: []string{v1alpha1.LabelCapacity}}, wantErr: "driver's own"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,7 +152,7 @@ func TestPolicyValidateAndSelects(t *testing.T) {
 }
 
 func TestDiff(t *testing.T) {
-	desired := map[string]string{Zone: "z1", SwapBehavior: "NoSwap"}
+	desired := map[string]string{Zone: "z1", v1alpha1.LabelSwapBehavior: "NoSwap"}
 	tests := []struct {
 		name        string
 		labels      map[string]string
@@ -162,27 +163,27 @@ func TestDiff(t *testing.T) {
 		wantManaged string
 		wantEmpty   bool
 	}{
-		{name: "fresh pod", labels: map[string]string{"app": "x"}, desired: desired, wantSet: desired, wantManaged: SwapBehavior + "," + Zone},
-		{name: "up to date", labels: map[string]string{Zone: "z1", SwapBehavior: "NoSwap"}, managed: "node.kubernetes.io/swap-behavior,topology.kubernetes.io/zone", desired: desired, wantSet: map[string]string{}, wantManaged: SwapBehavior + "," + Zone, wantEmpty: true},
-		{name: "value changed", labels: map[string]string{Zone: "z0", SwapBehavior: "NoSwap"}, managed: SwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{Zone: "z1"}, wantManaged: SwapBehavior + "," + Zone},
-		{name: "own label gone from node is removed", labels: map[string]string{Zone: "z1", SwapBehavior: "NoSwap", Region: "r"}, managed: SwapBehavior + "," + Region + "," + Zone, desired: desired, wantSet: map[string]string{}, wantRemove: []string{Region}, wantManaged: SwapBehavior + "," + Zone},
+		{name: "fresh pod", labels: map[string]string{"app": "x"}, desired: desired, wantSet: desired, wantManaged: v1alpha1.LabelSwapBehavior + "," + Zone},
+		{name: "up to date", labels: map[string]string{Zone: "z1", v1alpha1.LabelSwapBehavior: "NoSwap"}, managed: "node.kubernetes.io/swap-behavior,topology.kubernetes.io/zone", desired: desired, wantSet: map[string]string{}, wantManaged: v1alpha1.LabelSwapBehavior + "," + Zone, wantEmpty: true},
+		{name: "value changed", labels: map[string]string{Zone: "z0", v1alpha1.LabelSwapBehavior: "NoSwap"}, managed: v1alpha1.LabelSwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{Zone: "z1"}, wantManaged: v1alpha1.LabelSwapBehavior + "," + Zone},
+		{name: "own label gone from node is removed", labels: map[string]string{Zone: "z1", v1alpha1.LabelSwapBehavior: "NoSwap", Region: "r"}, managed: v1alpha1.LabelSwapBehavior + "," + Region + "," + Zone, desired: desired, wantSet: map[string]string{}, wantRemove: []string{Region}, wantManaged: v1alpha1.LabelSwapBehavior + "," + Zone},
 		{name: "user's label is never removed", labels: map[string]string{Region: "mine"}, desired: map[string]string{}, wantSet: map[string]string{}, wantEmpty: true},
-		{name: "labels right but annotation missing", labels: map[string]string{Zone: "z1", SwapBehavior: "NoSwap"}, desired: desired, wantSet: map[string]string{}, wantManaged: SwapBehavior + "," + Zone},
+		{name: "labels right but annotation missing", labels: map[string]string{Zone: "z1", v1alpha1.LabelSwapBehavior: "NoSwap"}, desired: desired, wantSet: map[string]string{}, wantManaged: v1alpha1.LabelSwapBehavior + "," + Zone},
 		{name: "garbage annotation keys are ignored", labels: map[string]string{"a b": "x"}, managed: "a b,,", desired: map[string]string{}, wantSet: map[string]string{}},
 		// The annotation is the pod's: whoever can edit the pod can list any
 		// key in it. Only keys the controller owns are ever removed (found
 		// in a review: "app,security.example.com/quarantine" were deleted).
-		{name: "keys the controller does not own are never removed", labels: map[string]string{"app": "web", "security.example.com/quarantine": "true", Zone: "z1", SwapBehavior: "NoSwap"},
-			managed: "app,security.example.com/quarantine," + SwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{}, wantManaged: SwapBehavior + "," + Zone},
-		{name: "an allowlisted key it set is removed", labels: map[string]string{"example.com/rack": "r1", Zone: "z1", SwapBehavior: "NoSwap"},
-			managed: "example.com/rack," + SwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{}, wantRemove: []string{"example.com/rack"}, wantManaged: SwapBehavior + "," + Zone},
+		{name: "keys the controller does not own are never removed", labels: map[string]string{"app": "web", "security.example.com/quarantine": "true", Zone: "z1", v1alpha1.LabelSwapBehavior: "NoSwap"},
+			managed: "app,security.example.com/quarantine," + v1alpha1.LabelSwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{}, wantManaged: v1alpha1.LabelSwapBehavior + "," + Zone},
+		{name: "an allowlisted key it set is removed", labels: map[string]string{"example.com/rack": "r1", Zone: "z1", v1alpha1.LabelSwapBehavior: "NoSwap"},
+			managed: "example.com/rack," + v1alpha1.LabelSwapBehavior + "," + Zone, desired: desired, wantSet: map[string]string{}, wantRemove: []string{"example.com/rack"}, wantManaged: v1alpha1.LabelSwapBehavior + "," + Zone},
 	}
 	policy := Policy{Allowlist: []string{"example.com/rack"}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels}}
 			if tc.managed != "" {
-				pod.Annotations = map[string]string{ManagedAnnotation: tc.managed}
+				pod.Annotations = map[string]string{v1alpha1.AnnotationManagedLabels: tc.managed}
 			}
 			c := Diff(pod, tc.desired, policy.Owns)
 			if !maps.Equal(c.Set, tc.wantSet) || !reflect.DeepEqual(c.Remove, tc.wantRemove) || c.Managed != tc.wantManaged || c.Empty() != tc.wantEmpty {
@@ -219,49 +220,49 @@ func TestNodeLabels(t *testing.T) {
 	}{
 		{
 			name: "swap node gets behavior and capacity",
-			node: func(t *testing.T) Node { return Node{Device: device(t, discovery.SwapBehaviorLimitedSwap, 4*gi, nil)} },
-			want: map[string]*string{SwapBehavior: ptr.To("LimitedSwap"), Capacity: ptr.To("4Gi")},
+			node: func(t *testing.T) Node { return Node{Device: device(t, v1alpha1.SwapBehaviorLimitedSwap, 4*gi, nil)} },
+			want: map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("LimitedSwap"), v1alpha1.LabelCapacity: ptr.To("4Gi")},
 		},
 		{
 			name: "odd size in binary units",
-			node: func(t *testing.T) Node { return Node{Device: device(t, discovery.SwapBehaviorNoSwap, 3*gi/2, nil)} },
-			want: map[string]*string{SwapBehavior: ptr.To("NoSwap"), Capacity: ptr.To("1536Mi")},
+			node: func(t *testing.T) Node { return Node{Device: device(t, v1alpha1.SwapBehaviorNoSwap, 3*gi/2, nil)} },
+			want: map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("NoSwap"), v1alpha1.LabelCapacity: ptr.To("1536Mi")},
 		},
 		{
 			name: "node without usable swap: behavior, no capacity",
 			node: func(t *testing.T) Node {
-				return Node{Labels: map[string]string{Capacity: "4Gi"}, Device: device(t, discovery.SwapBehaviorNoSwap, 0, nil)}
+				return Node{Labels: map[string]string{v1alpha1.LabelCapacity: "4Gi"}, Device: device(t, v1alpha1.SwapBehaviorNoSwap, 0, nil)}
 			},
-			want: map[string]*string{SwapBehavior: ptr.To("NoSwap"), Capacity: nil},
+			want: map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("NoSwap"), v1alpha1.LabelCapacity: nil},
 		},
 		{
 			name: "unknown behavior leaves the label alone",
 			node: func(t *testing.T) Node {
-				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}, Device: device(t, discovery.SwapBehaviorUnknown, 4*gi, nil)}
+				return Node{Labels: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "4Gi"}, Device: device(t, v1alpha1.SwapBehaviorUnknown, 4*gi, nil)}
 			},
 			want: map[string]*string{},
 		},
 		{
 			name: "up to date",
 			node: func(t *testing.T) Node {
-				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}, Device: device(t, discovery.SwapBehaviorLimitedSwap, 4*gi, nil)}
+				return Node{Labels: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "4Gi"}, Device: device(t, v1alpha1.SwapBehaviorLimitedSwap, 4*gi, nil)}
 			},
 			want: map[string]*string{},
 		},
 		{
 			name: "plugin gone: labels stay by default",
 			node: func(*testing.T) Node {
-				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}}
+				return Node{Labels: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "4Gi"}}
 			},
 			want: map[string]*string{},
 		},
 		{
 			name: "plugin gone: labels removed when the admin says so",
 			node: func(*testing.T) Node {
-				return Node{Labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}}
+				return Node{Labels: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "4Gi"}}
 			},
 			removeWithout: true,
-			want:          map[string]*string{SwapBehavior: nil, Capacity: nil},
+			want:          map[string]*string{v1alpha1.LabelSwapBehavior: nil, v1alpha1.LabelCapacity: nil},
 		},
 	}
 	for _, tc := range tests {
@@ -277,21 +278,21 @@ func TestNodeLabels(t *testing.T) {
 // TestRemoveNodeLabels: the uninstall removes the labels the controller
 // sets on Nodes, every one NodeLabels can set, and no other label.
 func TestRemoveNodeLabels(t *testing.T) {
-	set := NodeLabels(Node{Device: device(t, discovery.SwapBehaviorLimitedSwap, 4*gi, map[string]string{Zone: "z1"})}, false)
+	set := NodeLabels(Node{Device: device(t, v1alpha1.SwapBehaviorLimitedSwap, 4*gi, map[string]string{Zone: "z1"})}, false)
 	for k := range set {
 		if !slices.Contains(NodeKeys(), k) {
 			t.Errorf("NodeLabels sets %s, which NodeKeys %v leaves out (the uninstall would leave it behind)", k, NodeKeys())
 		}
 	}
-	others := map[string]string{Zone: "z1", Hostname: "n1", "team": "a", ManagedAnnotation: "x", "dra.swap/other": "y"}
+	others := map[string]string{Zone: "z1", Hostname: "n1", "team": "a", v1alpha1.AnnotationManagedLabels: "x", "dra.swap/other": "y"}
 	tests := []struct {
 		name   string
 		labels map[string]string
 		want   map[string]*string
 	}{
-		{name: "both", labels: map[string]string{SwapBehavior: "LimitedSwap", Capacity: "4Gi"}, want: map[string]*string{SwapBehavior: nil, Capacity: nil}},
-		{name: "both among others", labels: merged(others, map[string]string{SwapBehavior: "NoSwap", Capacity: "1Gi"}), want: map[string]*string{SwapBehavior: nil, Capacity: nil}},
-		{name: "one", labels: merged(others, map[string]string{Capacity: ""}), want: map[string]*string{Capacity: nil}},
+		{name: "both", labels: map[string]string{v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "4Gi"}, want: map[string]*string{v1alpha1.LabelSwapBehavior: nil, v1alpha1.LabelCapacity: nil}},
+		{name: "both among others", labels: merged(others, map[string]string{v1alpha1.LabelSwapBehavior: "NoSwap", v1alpha1.LabelCapacity: "1Gi"}), want: map[string]*string{v1alpha1.LabelSwapBehavior: nil, v1alpha1.LabelCapacity: nil}},
+		{name: "one", labels: merged(others, map[string]string{v1alpha1.LabelCapacity: ""}), want: map[string]*string{v1alpha1.LabelCapacity: nil}},
 		{name: "only others", labels: others, want: map[string]*string{}},
 		{name: "none", labels: nil, want: map[string]*string{}},
 	}
@@ -325,7 +326,7 @@ func TestClaims(t *testing.T) {
 		t.Errorf("ClaimNames = %v", got)
 	}
 	alloc := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
-		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Driver: "gpu.example.com"}, {Driver: DriverName}}},
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Driver: "gpu.example.com"}, {Driver: v1alpha1.DriverName}}},
 	}}}
 	other := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Driver: "gpu.example.com"}}},

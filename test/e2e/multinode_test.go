@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
@@ -65,7 +66,7 @@ func (c *env) swapDeviceOn(t *testing.T, node string) *resourceapi.Device {
 		t.Fatal(err)
 	}
 	for _, s := range slices.Items {
-		if s.Spec.Driver == podlabels.DriverName && s.Spec.Pool.Name == node && len(s.Spec.Devices) > 0 {
+		if s.Spec.Driver == v1alpha1.DriverName && s.Spec.Pool.Name == node && len(s.Spec.Devices) > 0 {
 			return &s.Spec.Devices[0]
 		}
 	}
@@ -300,9 +301,9 @@ func TestTwoNodesPlacementByCEL(t *testing.T) {
 		if a["cgroupVersion"].IntValue == nil || a["swapBehavior"].StringValue == nil || a["medium"].StringValue == nil || a["kernelVersion"].VersionValue == nil {
 			t.Fatalf("node %s publishes incomplete attributes: %v", node, a)
 		}
-		attr := fmt.Sprintf("device.attributes[%q]", podlabels.DriverName)
+		attr := fmt.Sprintf("device.attributes[%q]", v1alpha1.DriverName)
 		expr := fmt.Sprintf(`device.driver == %q && %s.cgroupVersion == %d && %s.swapBehavior == %q && %s.medium == %q && %s.kernelVersion.compareTo(semver(%q)) == 0`,
-			podlabels.DriverName, attr, *a["cgroupVersion"].IntValue, attr, *a["swapBehavior"].StringValue, attr, *a["medium"].StringValue, attr, *a["kernelVersion"].VersionValue)
+			v1alpha1.DriverName, attr, *a["cgroupVersion"].IntValue, attr, *a["swapBehavior"].StringValue, attr, *a["medium"].StringValue, attr, *a["kernelVersion"].VersionValue)
 		class := n.deviceClass(t, fmt.Sprintf("e2e-only-node-%d-%s", i, ns), expr)
 		tmpl := fmt.Sprintf("only-%d", i)
 		n.swapTemplate(t, ns, tmpl, class, 32*mi)
@@ -323,7 +324,7 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 	ns := n.namespace(t)
 	n.swapTemplate(t, ns, "swap-32", "", 32*mi)
 	hostLabels, guestLabels := n.nodeLabels(t, n.host), n.nodeLabels(t, n.guest)
-	for _, k := range []string{podlabels.Zone, podlabels.Region, podlabels.SwapBehavior} {
+	for _, k := range []string{podlabels.Zone, podlabels.Region, v1alpha1.LabelSwapBehavior} {
 		if hostLabels[k] == "" || hostLabels[k] == guestLabels[k] {
 			t.Errorf("node label %s: %s has %q, %s %q; want two different values", k, n.host, hostLabels[k], n.guest, guestLabels[k])
 		}
@@ -658,14 +659,14 @@ func (n *twoNodes) controllerLeader(t *testing.T) (lease string, pod *corev1.Pod
 func (n *twoNodes) labelledAtStart(t *testing.T, ns, name, node string) {
 	t.Helper()
 	p := n.pinned(node, ns, name, map[string]string{"swap": "swap-32"}, ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"})
-	for env, label := range map[string]string{"DOWNWARD_HOSTNAME": podlabels.Hostname, "DOWNWARD_SWAP_BEHAVIOR": podlabels.SwapBehavior, "DOWNWARD_ZONE": podlabels.Zone} {
+	for env, label := range map[string]string{"DOWNWARD_HOSTNAME": podlabels.Hostname, "DOWNWARD_SWAP_BEHAVIOR": v1alpha1.LabelSwapBehavior, "DOWNWARD_ZONE": podlabels.Zone} {
 		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + label + "']"}}})
 	}
 	p = n.waitPod(t, ns, n.createPod(t, p).Name, "completion", podTimeout, finished)
 	want := n.nodeLabels(t, node)
 	r := n.reportVia(t, p, "worker", "START")
-	for env, label := range map[string]string{"DOWNWARD_HOSTNAME": podlabels.Hostname, "DOWNWARD_SWAP_BEHAVIOR": podlabels.SwapBehavior, "DOWNWARD_ZONE": podlabels.Zone} {
+	for env, label := range map[string]string{"DOWNWARD_HOSTNAME": podlabels.Hostname, "DOWNWARD_SWAP_BEHAVIOR": v1alpha1.LabelSwapBehavior, "DOWNWARD_ZONE": podlabels.Zone} {
 		if r.Downward[env] != want[label] {
 			t.Errorf("pod %s on %s: %s=%q at container start, want the node's %s %q", name, node, env, r.Downward[env], label, want[label])
 		}

@@ -17,8 +17,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
@@ -46,7 +46,7 @@ func BenchmarkReconcileLabels(b *testing.B) {
 
 	for i := range benchNodes {
 		name := fmt.Sprintf("node-%03d", i)
-		env.node(ctx, name, map[string]string{podlabels.Zone: fmt.Sprintf("zone-%d", i%3)}, discovery.SwapBehaviorLimitedSwap, 4*gi)
+		env.node(ctx, name, map[string]string{podlabels.Zone: fmt.Sprintf("zone-%d", i%3)}, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)
 	}
 
 	for n := range b.N {

@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/servingcert"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
@@ -132,7 +133,7 @@ func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEn
 	if _, err := s.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "dra.swap"},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "dra.swap"`},
+			CEL: &resourceapi.CELDeviceSelector{Expression: v1alpha1.DriverSelector(v1alpha1.DriverName)},
 		}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -195,7 +196,7 @@ func (e *controllerEnv) publish(ctx context.Context, name string, nodeLabels map
 	rs := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-dra.swap"},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver: podlabels.DriverName, NodeName: ptr.To(name),
+			Driver: v1alpha1.DriverName, NodeName: ptr.To(name),
 			Pool:    resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
 			Devices: []resourceapi.Device{*dev},
 		},
@@ -262,7 +263,7 @@ func (e *controllerEnv) swapPod(ctx context.Context, client kubernetes.Interface
 		e.t.Fatal(err)
 	}
 	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-		Request: "swap", Driver: "dra.swap", Pool: node, Device: swapdevice.DeviceName,
+		Request: "swap", Driver: "dra.swap", Pool: node, Device: v1alpha1.DeviceName,
 		ShareID:          ptr.To(apitypes.UID("a1b2c3d4-0000-4000-8000-000000000001")),
 		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse("256Mi")},
 	}}}}
@@ -351,7 +352,7 @@ func show(m map[string]*string) string {
 }
 
 func topology(zone, host, behavior string) map[string]*string {
-	return map[string]*string{podlabels.Zone: ptr.To(zone), podlabels.Hostname: ptr.To(host), podlabels.SwapBehavior: ptr.To(behavior)}
+	return map[string]*string{podlabels.Zone: ptr.To(zone), podlabels.Hostname: ptr.To(host), v1alpha1.LabelSwapBehavior: ptr.To(behavior)}
 }
 
 func (e *controllerEnv) waitForNodeLabels(ctx context.Context, name string, want map[string]*string) {
@@ -393,30 +394,30 @@ func (w *warnings) take() []string {
 func TestController(t *testing.T) {
 	env := startController(t)
 	_, ctx := ktesting.NewTestContext(t)
-	env.node(ctx, "node-a", map[string]string{podlabels.Zone: "zone-a", podlabels.Region: "region-1", rackLabel: "r1", secretNode: "gold"}, discovery.SwapBehaviorLimitedSwap, 4*gi)
-	env.node(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b"}, discovery.SwapBehaviorNoSwap, 0)
+	env.node(ctx, "node-a", map[string]string{podlabels.Zone: "zone-a", podlabels.Region: "region-1", rackLabel: "r1", secretNode: "gold"}, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)
+	env.node(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b"}, v1alpha1.SwapBehaviorNoSwap, 0)
 
 	t.Run("node swap labels", func(t *testing.T) {
 		env.t = t
-		env.waitForNodeLabels(ctx, "node-a", map[string]*string{podlabels.SwapBehavior: ptr.To("LimitedSwap"), podlabels.Capacity: ptr.To("4Gi")})
+		env.waitForNodeLabels(ctx, "node-a", map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("LimitedSwap"), v1alpha1.LabelCapacity: ptr.To("4Gi")})
 		// A node without usable swap still says how its kubelet behaves.
-		env.waitForNodeLabels(ctx, "node-b", map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap"), podlabels.Capacity: nil})
-		nodes, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: podlabels.SwapBehavior + "=LimitedSwap"})
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("NoSwap"), v1alpha1.LabelCapacity: nil})
+		nodes, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelSwapBehavior + "=LimitedSwap"})
 		if err != nil || len(nodes.Items) != 1 || nodes.Items[0].Name != "node-a" {
 			t.Fatalf("nodes with LimitedSwap: %v, %v", nodes, err)
 		}
 		// The kubelet's configuration changes: the label follows.
-		env.publish(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b", podlabels.Hostname: "node-b"}, discovery.SwapBehaviorLimitedSwap, 2*gi)
-		env.waitForNodeLabels(ctx, "node-b", map[string]*string{podlabels.SwapBehavior: ptr.To("LimitedSwap"), podlabels.Capacity: ptr.To("2Gi")})
-		env.publish(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b", podlabels.Hostname: "node-b"}, discovery.SwapBehaviorNoSwap, 0)
-		env.waitForNodeLabels(ctx, "node-b", map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap"), podlabels.Capacity: nil})
+		env.publish(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b", podlabels.Hostname: "node-b"}, v1alpha1.SwapBehaviorLimitedSwap, 2*gi)
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("LimitedSwap"), v1alpha1.LabelCapacity: ptr.To("2Gi")})
+		env.publish(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b", podlabels.Hostname: "node-b"}, v1alpha1.SwapBehaviorNoSwap, 0)
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("NoSwap"), v1alpha1.LabelCapacity: nil})
 		// The plugin leaves the node: without the admin's flag, labels stay.
 		if err := env.client.ResourceV1().ResourceSlices().Delete(ctx, "node-b-dra.swap", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second)
-		env.waitForNodeLabels(ctx, "node-b", map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap")})
-		env.publish(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b", podlabels.Hostname: "node-b"}, discovery.SwapBehaviorNoSwap, 0)
+		env.waitForNodeLabels(ctx, "node-b", map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("NoSwap")})
+		env.publish(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b", podlabels.Hostname: "node-b"}, v1alpha1.SwapBehaviorNoSwap, 0)
 	})
 
 	t.Run("a pod is labeled when its swap claim is reserved, before it is bound", func(t *testing.T) {
@@ -431,8 +432,8 @@ func TestController(t *testing.T) {
 		if !hasLabels(bound.Labels, want) {
 			t.Fatalf("labels in the binding write: %v, want %s", bound.Labels, show(want))
 		}
-		if got := bound.Annotations[podlabels.ManagedAnnotation]; got != "example.com/rack,kubernetes.io/hostname,node.kubernetes.io/swap-behavior,topology.kubernetes.io/region,topology.kubernetes.io/zone" {
-			t.Errorf("%s = %q", podlabels.ManagedAnnotation, got)
+		if got := bound.Annotations[v1alpha1.AnnotationManagedLabels]; got != "example.com/rack,kubernetes.io/hostname,node.kubernetes.io/swap-behavior,topology.kubernetes.io/region,topology.kubernetes.io/zone" {
+			t.Errorf("%s = %q", v1alpha1.AnnotationManagedLabels, got)
 		}
 		// A pod without a swap claim is left alone.
 		plain, err := env.client.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{
@@ -443,7 +444,7 @@ func TestController(t *testing.T) {
 			t.Fatal(err)
 		}
 		// (The built-in PodTopologyLabels admission may add zone and region.)
-		if p := env.bind(ctx, plain, "node-a"); !hasLabels(p.Labels, map[string]*string{podlabels.Hostname: nil, podlabels.SwapBehavior: nil, rackLabel: nil}) || p.Annotations[podlabels.ManagedAnnotation] != "" {
+		if p := env.bind(ctx, plain, "node-a"); !hasLabels(p.Labels, map[string]*string{podlabels.Hostname: nil, v1alpha1.LabelSwapBehavior: nil, rackLabel: nil}) || p.Annotations[v1alpha1.AnnotationManagedLabels] != "" {
 			t.Errorf("pod without a swap claim got labels %v, annotations %v", p.Labels, p.Annotations)
 		}
 	})
@@ -504,15 +505,15 @@ func TestController(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The plugin republishes the zone from the Node's labels.
-		env.publish(ctx, "node-a", node.Labels, discovery.SwapBehaviorLimitedSwap, 4*gi)
+		env.publish(ctx, "node-a", node.Labels, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)
 		want := topology("zone-c", "node-a", "LimitedSwap")
 		want[rackLabel] = ptr.To("r2")
 		want[podlabels.Region] = nil // the driver set it, the node lost it
 		env.waitForPodLabels(ctx, pod, want, 5*time.Second)
 		// The kubelet switches to NoSwap.
-		env.publish(ctx, "node-a", node.Labels, discovery.SwapBehaviorNoSwap, 4*gi)
-		env.waitForPodLabels(ctx, pod, map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap")}, 5*time.Second)
-		env.waitForNodeLabels(ctx, "node-a", map[string]*string{podlabels.SwapBehavior: ptr.To("NoSwap")})
+		env.publish(ctx, "node-a", node.Labels, v1alpha1.SwapBehaviorNoSwap, 4*gi)
+		env.waitForPodLabels(ctx, pod, map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("NoSwap")}, 5*time.Second)
+		env.waitForNodeLabels(ctx, "node-a", map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("NoSwap")})
 	})
 
 	t.Run("invalid SwapConfig is rejected with the field and the reason", func(t *testing.T) {
@@ -708,7 +709,7 @@ func TestController(t *testing.T) {
 		// config asking for more labels.
 		pod := env.swapPod(ctx, alice, "alice-pod", "node-a",
 			map[string]string{podlabels.Zone: "fake-zone", "app": "web", "security.example.com/quarantine": "true"},
-			map[string]string{podlabels.ManagedAnnotation: secretNode + "," + rackLabel + ",app,security.example.com/quarantine", "dra.swap/node-label-allowlist": secretNode})
+			map[string]string{v1alpha1.AnnotationManagedLabels: secretNode + "," + rackLabel + ",app,security.example.com/quarantine", "dra.swap/node-label-allowlist": secretNode})
 		if _, err := alice.ResourceV1().ResourceClaims(tenant).Create(ctx, swapClaim("alice-config", "256Mi",
 			`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","nodeLabelAllowlist":["`+secretNode+`"]}`), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "unknown field") {
 			t.Errorf("a claim config naming labels: %v, want rejected as an unknown field", err)
@@ -727,7 +728,7 @@ func TestController(t *testing.T) {
 			t.Fatalf("pod got the non-allowlisted %s", secretNode)
 		}
 		if p.Labels["app"] != "web" || p.Labels["security.example.com/quarantine"] != "true" {
-			t.Fatalf("the controller removed labels it does not own, listed in the pod's %s: %v", podlabels.ManagedAnnotation, p.Labels)
+			t.Fatalf("the controller removed labels it does not own, listed in the pod's %s: %v", v1alpha1.AnnotationManagedLabels, p.Labels)
 		}
 		// What configures the controller is out of alice's reach.
 		forbidden := map[string]error{}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
@@ -47,7 +48,7 @@ func TestSwapUnavailableEventStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "dra.swap"},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "dra.swap"`}}}}}
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: v1alpha1.DriverSelector(v1alpha1.DriverName)}}}}}
 	if _, err := s.Client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestSwapUnavailableEventStored(t *testing.T) {
 			Devices: []discovery.SwapDevice{{Path: "/swapfile", Type: "file", SizeBytes: 4 << 30}}}
 		dev, _ := swapdevice.Device(f, map[string]string{podlabels.Hostname: name}, swapdevice.Policy{OvercommitRatio: 1})
 		rs := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-dra.swap"},
-			Spec: resourceapi.ResourceSliceSpec{Driver: podlabels.DriverName, NodeName: ptr.To(name),
+			Spec: resourceapi.ResourceSliceSpec{Driver: v1alpha1.DriverName, NodeName: ptr.To(name),
 				Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: []resourceapi.Device{*dev}}}
 		if _, err := s.Client.ResourceV1().ResourceSlices().Create(ctx, rs, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

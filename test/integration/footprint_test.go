@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
@@ -119,7 +120,7 @@ func TestHungControllerCostsOthersNothing(t *testing.T) {
 	for _, class := range []string{"dra.swap", "gpu.example.com"} {
 		if _, err := s.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
 			ObjectMeta: metav1.ObjectMeta{Name: class},
-			Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", class)}}}},
+			Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: v1alpha1.DriverSelector(class)}}}},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

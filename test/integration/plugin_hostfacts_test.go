@@ -10,9 +10,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
 // TestPluginWithoutKubeletConfig: a plugin pointed at a kubelet
@@ -32,16 +32,16 @@ func TestPluginWithoutKubeletConfig(t *testing.T) {
 			if d == nil {
 				return false
 			}
-			a := d.Attributes[swapdevice.AttrSwapBehavior]
+			a := d.Attributes[v1alpha1.AttrSwapBehavior]
 			return a.StringValue != nil && *a.StringValue == want
 		}
 	}
-	waitForSlice(t, ctx, client, "swapBehavior is Unknown", behavior(discovery.SwapBehaviorUnknown))
+	waitForSlice(t, ctx, client, "swapBehavior is Unknown", behavior(v1alpha1.SwapBehaviorUnknown))
 	waitForNodeEvent(t, ctx, client, driver.ReasonKubeletConfigUnreadable, configPath)
 	waitForMetric(t, ctx, metricsPort, "dra_swap_kubelet_config_readable 0\n")
 
 	h.write(configPath, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemorySwap:\n  swapBehavior: LimitedSwap\n")
-	waitForSlice(t, ctx, client, "swapBehavior is LimitedSwap", behavior(discovery.SwapBehaviorLimitedSwap))
+	waitForSlice(t, ctx, client, "swapBehavior is LimitedSwap", behavior(v1alpha1.SwapBehaviorLimitedSwap))
 	waitForNodeEvent(t, ctx, client, driver.ReasonKubeletConfigRead, "swapBehavior LimitedSwap")
 	waitForMetric(t, ctx, metricsPort, "dra_swap_kubelet_config_readable 1\n")
 }
@@ -59,7 +59,7 @@ func TestPluginSwapFileMedium(t *testing.T) {
 		if d == nil {
 			return false
 		}
-		a := d.Attributes[swapdevice.AttrMedium]
+		a := d.Attributes[v1alpha1.AttrMedium]
 		return a.StringValue != nil && *a.StringValue == string(discovery.MediumHDD)
 	})
 }

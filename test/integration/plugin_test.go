@@ -27,6 +27,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
@@ -384,7 +385,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	// allocated against the earlier offer is refused with both numbers.
 	h.write("proc/swaps", swaps("/dev/vdb                                partition\t262144\t\t0\t\t-2\n"))
 	overcommitted := func(d *resourceapi.Device) bool {
-		return d != nil && len(d.Taints) == 1 && d.Taints[0].Key == driver.TaintOvercommitted && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule
+		return d != nil && len(d.Taints) == 1 && d.Taints[0].Key == v1alpha1.TaintOvercommitted && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule
 	}
 	dev := waitForSlice(t, ctx, client, "the device is tainted overcommitted", overcommitted)
 	t.Logf("after the swap shrank: taint %s=%s", dev.Taints[0].Key, dev.Taints[0].Value)

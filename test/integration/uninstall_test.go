@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/servingcert"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
@@ -39,8 +40,8 @@ func TestUninstall(t *testing.T) {
 	ctx := context.Background()
 	installChartPolicies(t, s)
 	nodeLabels := map[string]map[string]string{
-		"node-a": {podlabels.SwapBehavior: "LimitedSwap", podlabels.Capacity: "4Gi", podlabels.Zone: "z1", "team": "a"},
-		"node-b": {podlabels.Capacity: "1Gi", "dra.swap/other": "kept"},
+		"node-a": {v1alpha1.LabelSwapBehavior: "LimitedSwap", v1alpha1.LabelCapacity: "4Gi", podlabels.Zone: "z1", "team": "a"},
+		"node-b": {v1alpha1.LabelCapacity: "1Gi", "dra.swap/other": "kept"},
 		"node-c": {"team": "c"},
 	}
 	for name, l := range nodeLabels {

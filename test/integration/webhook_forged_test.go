@@ -27,8 +27,8 @@ import (
 	"k8s.io/utils/ptr"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
@@ -137,7 +137,7 @@ func reservationReview(t *testing.T, old, claim *resourceapi.ResourceClaim) []by
 func allocatedOn(c *resourceapi.ResourceClaim, node string) *resourceapi.ResourceClaim {
 	c = c.DeepCopy()
 	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-		Request: "swap", Driver: podlabels.DriverName, Pool: node, Device: "swap",
+		Request: "swap", Driver: v1alpha1.DriverName, Pool: node, Device: "swap",
 	}}}}
 	return c
 }
@@ -157,8 +157,8 @@ func TestForgedWebhookReviews(t *testing.T) {
 		}
 	})
 	_, ctx := ktesting.NewTestContext(t)
-	env.node(ctx, "node-a", map[string]string{podlabels.Zone: "zone-a"}, discovery.SwapBehaviorLimitedSwap, 4*gi)
-	env.node(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b"}, discovery.SwapBehaviorLimitedSwap, 4*gi)
+	env.node(ctx, "node-a", map[string]string{podlabels.Zone: "zone-a"}, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)
+	env.node(ctx, "node-b", map[string]string{podlabels.Zone: "zone-b"}, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)
 	// A real reservation first: the controller's claim informer runs.
 	env.t = t
 	env.bind(ctx, env.swapPod(ctx, env.client, "warm-up", "node-a", nil, nil), "node-a")
@@ -166,7 +166,7 @@ func TestForgedWebhookReviews(t *testing.T) {
 	// A pod in another namespace that the controller labeled for node-b,
 	// and a pod in the tenant's namespace that uses no claim.
 	victimLabels := map[string]string{podlabels.Zone: "zone-b", "app": "db"}
-	victimAnnotations := map[string]string{podlabels.ManagedAnnotation: podlabels.Zone}
+	victimAnnotations := map[string]string{v1alpha1.AnnotationManagedLabels: podlabels.Zone}
 	if _, err := env.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "victim"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestForgedWebhookReviews(t *testing.T) {
 		name := fmt.Sprintf("far-%03d", i)
 		if _, err := env.client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-dra.swap"},
-			Spec: resourceapi.ResourceSliceSpec{Driver: podlabels.DriverName, NodeName: ptr.To(name), Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
+			Spec: resourceapi.ResourceSliceSpec{Driver: v1alpha1.DriverName, NodeName: ptr.To(name), Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
 				Devices: []resourceapi.Device{{Name: "swap", Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"swap": {Value: resource.MustParse("4Gi")}}}}},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -374,7 +374,7 @@ func TestBindingLabelsThroughControllerPatch(t *testing.T) {
 				s.restConfig = func(api *framework.APIServer) *rest.Config {
 					// node-a's slice, before the chart's policy lets only
 					// the plugin write it.
-					(&controllerEnv{t: t, s: api, client: api.Client}).node(context.Background(), "node-a", map[string]string{podlabels.Zone: "zone-a"}, discovery.SwapBehaviorLimitedSwap, 4*gi)
+					(&controllerEnv{t: t, s: api, client: api.Client}).node(context.Background(), "node-a", map[string]string{podlabels.Zone: "zone-a"}, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)
 					installChartPolicies(t, api)
 					grant(t, api, "test-controller-setup", rbacv1.Subject{Kind: "ServiceAccount", Name: controllerSA, Namespace: chartNamespace}, rbacv1.PolicyRule{
 						APIGroups: []string{"", "coordination.k8s.io", "admissionregistration.k8s.io"},
@@ -424,7 +424,7 @@ func TestBindingLabelsThroughControllerPatch(t *testing.T) {
 					owned = string(m.FieldsV1.Raw)
 				}
 			}
-			for _, k := range []string{podlabels.Zone, podlabels.Hostname, podlabels.SwapBehavior, podlabels.ManagedAnnotation} {
+			for _, k := range []string{podlabels.Zone, podlabels.Hostname, v1alpha1.LabelSwapBehavior, v1alpha1.AnnotationManagedLabels} {
 				if !strings.Contains(owned, `"f:`+k+`"`) {
 					t.Errorf("%s is not the controller's (%s): managed fields %s", k, webhook.FieldManager, owned)
 				}

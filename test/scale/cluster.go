@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
@@ -88,7 +89,7 @@ func swapFacts(total int64) discovery.Facts {
 		Medium:        discovery.MediumSSD,
 		CgroupVersion: 2,
 		SwapControl:   true,
-		SwapBehavior:  discovery.SwapBehaviorLimitedSwap,
+		SwapBehavior:  v1alpha1.SwapBehaviorLimitedSwap,
 		KernelVersion: "6.1.0",
 	}
 }
@@ -107,9 +108,9 @@ func swapSlice(i int, total int64) (*resourceapi.ResourceSlice, error) {
 		return nil, fmt.Errorf("node %s: %d slices in its pool, want 1", name, len(pool.Slices))
 	}
 	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + podlabels.DriverName},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + v1alpha1.DriverName},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   podlabels.DriverName,
+			Driver:   v1alpha1.DriverName,
 			NodeName: ptr.To(name),
 			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
 			Devices:  pool.Slices[0].Devices,
@@ -206,11 +207,11 @@ func StartCluster(ctx context.Context, t testing.TB, nodes int) (*Cluster, error
 	if err := c.createNodes(ctx); err != nil {
 		return nil, err
 	}
-	for _, class := range []string{podlabels.DriverName, noopdriver.DriverName} {
+	for _, class := range []string{v1alpha1.DriverName, noopdriver.DriverName} {
 		if _, err := c.client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
 			ObjectMeta: metav1.ObjectMeta{Name: class},
 			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-				CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", class)},
+				CEL: &resourceapi.CELDeviceSelector{Expression: v1alpha1.DriverSelector(class)},
 			}}},
 		}, metav1.CreateOptions{}); err != nil {
 			return nil, fmt.Errorf("create DeviceClass %s: %w", class, err)
@@ -348,9 +349,9 @@ func (c *Cluster) runController(ctx context.Context, qps int) error {
 	probe := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "probe"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "swap", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: podlabels.DriverName}}},
+			Requests: []resourceapi.DeviceRequest{{Name: "swap", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: v1alpha1.DriverName}}},
 			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: podlabels.DriverName, Parameters: runtimeRaw(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":500}`),
+				Driver: v1alpha1.DriverName, Parameters: runtimeRaw(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":500}`),
 			}}}},
 		}},
 	}

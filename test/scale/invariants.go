@@ -10,7 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -137,7 +137,7 @@ func check(s snapshot) []string {
 			consumed[u] = resource.NewQuantity(0, resource.BinarySI)
 		}
 		consumed[u].Add(got)
-		if s.mode.Driver == podlabels.DriverName {
+		if s.mode.Driver == v1alpha1.DriverName {
 			checkLabels(&v, pod, node, dev.device)
 		}
 	}
@@ -176,16 +176,16 @@ func requested(claim *resourceapi.ResourceClaim, name resourceapi.QualifiedName)
 // its device publishes.
 func checkLabels(v *violations, pod *corev1.Pod, node *corev1.Node, device *resourceapi.Device) {
 	behavior := ""
-	if a, ok := device.Attributes[swapdevice.AttrSwapBehavior]; ok && a.StringValue != nil {
+	if a, ok := device.Attributes[v1alpha1.AttrSwapBehavior]; ok && a.StringValue != nil {
 		behavior = *a.StringValue
 	}
 	want := map[string]string{
-		podlabels.Hostname:     node.Labels[podlabels.Hostname],
-		podlabels.Zone:         node.Labels[podlabels.Zone],
-		podlabels.Region:       node.Labels[podlabels.Region],
-		podlabels.SwapBehavior: behavior,
+		podlabels.Hostname:         node.Labels[podlabels.Hostname],
+		podlabels.Zone:             node.Labels[podlabels.Zone],
+		podlabels.Region:           node.Labels[podlabels.Region],
+		v1alpha1.LabelSwapBehavior: behavior,
 	}
-	for _, k := range []string{podlabels.Hostname, podlabels.Zone, podlabels.Region, podlabels.SwapBehavior} {
+	for _, k := range []string{podlabels.Hostname, podlabels.Zone, podlabels.Region, v1alpha1.LabelSwapBehavior} {
 		if got, ok := pod.Labels[k]; !ok || got != want[k] {
 			v.add("pod %s on node %s: label %s=%q, want %q", pod.Name, node.Name, k, got, want[k])
 		}

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -34,7 +34,7 @@ func fitting(t *testing.T) snapshot {
 		p := corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid, Labels: map[string]string{
 				podlabels.Hostname: nodeName(node), podlabels.Zone: nodeLabels(node)[podlabels.Zone], podlabels.Region: nodeLabels(node)[podlabels.Region],
-				podlabels.SwapBehavior: "LimitedSwap",
+				v1alpha1.LabelSwapBehavior: "LimitedSwap",
 			}},
 			Spec:   corev1.PodSpec{NodeName: nodeName(node)},
 			Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "dev", ResourceClaimName: ptr.To(name + "-dev")}}},
@@ -43,12 +43,12 @@ func fitting(t *testing.T) snapshot {
 		c := resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-dev"},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "dev", Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: podlabels.DriverName, Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{swapdevice.CapacitySwap: q}},
+				DeviceClassName: v1alpha1.DriverName, Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{v1alpha1.CapacitySwap: q}},
 			}}}}},
 			Status: resourceapi.ResourceClaimStatus{
 				Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-					Request: "dev", Driver: podlabels.DriverName, Pool: nodeName(node), Device: swapdevice.DeviceName,
-					ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{swapdevice.CapacitySwap: q},
+					Request: "dev", Driver: v1alpha1.DriverName, Pool: nodeName(node), Device: v1alpha1.DeviceName,
+					ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{v1alpha1.CapacitySwap: q},
 				}}}},
 				ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: uid}},
 			},
@@ -80,7 +80,7 @@ func TestCheck(t *testing.T) {
 			s.claims[1].Status.Allocation.Devices.Results[0].Driver = "noop.dra.example.com"
 		}, want: "allocated from driver noop.dra.example.com"},
 		{name: "consumes less than requested", mutate: func(s *snapshot) {
-			s.claims[1].Status.Allocation.Devices.Results[0].ConsumedCapacity[swapdevice.CapacitySwap] = resource.MustParse("1Mi")
+			s.claims[1].Status.Allocation.Devices.Results[0].ConsumedCapacity[v1alpha1.CapacitySwap] = resource.MustParse("1Mi")
 		}, want: "consumes 1Mi of swap, requests 64Mi"},
 		{name: "node over its offer", mutate: func(s *snapshot) {
 			rs, err := swapSlice(0, offerBytes/2)
@@ -94,7 +94,7 @@ func TestCheck(t *testing.T) {
 			s.pods[1].Labels = s.pods[0].Labels
 			s.claims[1].Status.Allocation.Devices.Results[0].Pool = nodeName(0)
 		}, want: "over its offer of 8Gi"},
-		{name: "pod not labeled", mutate: func(s *snapshot) { delete(s.pods[1].Labels, podlabels.SwapBehavior) }, want: `pod b on node node-00001: label node.kubernetes.io/swap-behavior="", want "LimitedSwap"`},
+		{name: "pod not labeled", mutate: func(s *snapshot) { delete(s.pods[1].Labels, v1alpha1.LabelSwapBehavior) }, want: `pod b on node node-00001: label node.kubernetes.io/swap-behavior="", want "LimitedSwap"`},
 		{name: "another node's zone", mutate: func(s *snapshot) { s.pods[1].Labels[podlabels.Zone] = "zone-0" }, want: `label topology.kubernetes.io/zone="zone-0", want "zone-1"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/test/noopdriver"
 )
 
@@ -95,7 +95,7 @@ func WriteReport(w io.Writer, machine string, results []Result, failures []strin
 		for _, m := range r.Modes {
 			labeled := "–"
 			delays := "–"
-			if m.Mode.Driver == podlabels.DriverName {
+			if m.Mode.Driver == v1alpha1.DriverName {
 				labeled = fmt.Sprintf("%d (%d)", m.Labeled, m.LabeledAtBind)
 				delays = dur(m.LabelP50) + " / " + dur(m.LabelP99)
 			}

@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/noopdriver"
 )
@@ -54,8 +54,8 @@ func Modes() []Mode {
 	return []Mode{
 		{Name: "no claim"},
 		{Name: "no-op claim", Driver: noopdriver.DriverName, Capacity: noopdriver.CapacityName},
-		{Name: "swap claim", Driver: podlabels.DriverName, Capacity: swapdevice.CapacitySwap},
-		{Name: "swap claim, controller at 1000 QPS", Driver: podlabels.DriverName, Capacity: swapdevice.CapacitySwap, ControllerQPS: 1000},
+		{Name: "swap claim", Driver: v1alpha1.DriverName, Capacity: v1alpha1.CapacitySwap},
+		{Name: "swap claim, controller at 1000 QPS", Driver: v1alpha1.DriverName, Capacity: v1alpha1.CapacitySwap, ControllerQPS: 1000},
 	}
 }
 
@@ -150,7 +150,7 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 			return res, fmt.Errorf("%s: %w", m.Name, err)
 		}
 		t.Logf("%d nodes, %s: %d pods at %.1f pods/s, attempt p99 %.1f ms", cfg.Nodes, m.Name, mr.Pods, mr.Throughput, mr.AttemptP99*1000)
-		if m.Driver == podlabels.DriverName && !swapChanged {
+		if m.Driver == v1alpha1.DriverName && !swapChanged {
 			swapChanged = true
 			if res.SwapChange, res.MaxConditionMessage, err = c.swapChange(ctx, m); err != nil {
 				return res, fmt.Errorf("swap change: %w", err)
@@ -409,7 +409,7 @@ func (c *Cluster) runMode(ctx context.Context, m Mode, n int) (ModeResult, error
 	}
 	start := time.Now()
 	wantLabels := 0
-	if m.Driver == podlabels.DriverName {
+	if m.Driver == v1alpha1.DriverName {
 		wantLabels = n
 	}
 	// Generous: the harness asserts that every pod gets there, not when.
@@ -693,7 +693,7 @@ func (c *Cluster) sizes(ctx context.Context, res *Result) error {
 		into *int
 	}{
 		{"/api/v1/nodes/" + node, &res.NodeBytes},
-		{"/apis/resource.k8s.io/v1/resourceslices/" + node + "-" + podlabels.DriverName, &res.SwapSliceBytes},
+		{"/apis/resource.k8s.io/v1/resourceslices/" + node + "-" + v1alpha1.DriverName, &res.SwapSliceBytes},
 		{"/apis/resource.k8s.io/v1/resourceslices/" + node + "-noop", &res.NoopSliceBytes},
 	} {
 		body, err := c.client.CoreV1().RESTClient().Get().AbsPath(o.path).SetHeader("Accept", "application/vnd.kubernetes.protobuf").DoRaw(ctx)

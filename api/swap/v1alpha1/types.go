@@ -9,7 +9,7 @@ import (
 const (
 	// GroupName is the API group of the driver's configuration, equal to
 	// the driver name.
-	GroupName = "dra.swap"
+	GroupName = DriverName
 	// Version is this package's API version.
 	Version = "v1alpha1"
 	// Kind is the kind of the configuration object.

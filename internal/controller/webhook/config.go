@@ -19,8 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
 // OfferSource tells the largest swap capacity any node offers.
@@ -89,7 +87,7 @@ func (v *ConfigValidator) Handle(ctx context.Context, req admission.Request) adm
 
 // opaque checks one opaque configuration, if it is the driver's.
 func (v *ConfigValidator) opaque(o *resourceapi.OpaqueDeviceConfiguration, path *field.Path) field.ErrorList {
-	if o == nil || o.Driver != podlabels.DriverName {
+	if o == nil || o.Driver != v1alpha1.DriverName {
 		return nil
 	}
 	_, errs := v.Decoder.DecodeField(o.Parameters.Raw, path.Child("parameters"))
@@ -136,11 +134,11 @@ func (c *review) claimSpec(ctx context.Context, spec *resourceapi.ResourceClaimS
 		if capacity == nil {
 			return
 		}
-		q, ok := capacity.Requests[swapdevice.CapacitySwap]
+		q, ok := capacity.Requests[v1alpha1.CapacitySwap]
 		if !ok || !c.isSwapClass(ctx, className) {
 			return
 		}
-		warnings = append(warnings, c.requestWarnings(ctx, q, p.Child("capacity", "requests", string(swapdevice.CapacitySwap)))...)
+		warnings = append(warnings, c.requestWarnings(ctx, q, p.Child("capacity", "requests", string(v1alpha1.CapacitySwap)))...)
 	}
 	for i, r := range spec.Devices.Requests {
 		p := devPath.Child("requests").Index(i)
@@ -158,8 +156,8 @@ func (c *review) claimSpec(ctx context.Context, spec *resourceapi.ResourceClaimS
 func (c *review) requestWarnings(ctx context.Context, q resource.Quantity, p *field.Path) []string {
 	var out []string
 	b := q.Value()
-	if rem := b % swapdevice.Step; rem != 0 && b > 0 {
-		rounded := resource.NewQuantity((b/swapdevice.Step+1)*swapdevice.Step, resource.BinarySI)
+	if rem := b % v1alpha1.CapacityStep; rem != 0 && b > 0 {
+		rounded := resource.NewQuantity((b/v1alpha1.CapacityStep+1)*v1alpha1.CapacityStep, resource.BinarySI)
 		out = append(out, fmt.Sprintf("%s: %s is not a multiple of 1Mi; it is rounded up to %s", p, q.String(), rounded.String()))
 	}
 	largest, ok := c.largestOffer(ctx)
@@ -210,7 +208,7 @@ func (c *review) isSwapClass(ctx context.Context, name string) bool {
 // isSwapClass tells a DeviceClass that selects the driver's devices: one
 // named after the driver, or whose CEL selectors or config name it.
 func (v *ConfigValidator) isSwapClass(ctx context.Context, name string) bool {
-	if name == podlabels.DriverName {
+	if name == v1alpha1.DriverName {
 		return true
 	}
 	if v.Classes == nil || name == "" {
@@ -221,12 +219,12 @@ func (v *ConfigValidator) isSwapClass(ctx context.Context, name string) bool {
 		return false
 	}
 	for _, s := range class.Spec.Selectors {
-		if s.CEL != nil && (strings.Contains(s.CEL.Expression, `"`+podlabels.DriverName+`"`) || strings.Contains(s.CEL.Expression, `'`+podlabels.DriverName+`'`)) {
+		if s.CEL != nil && (strings.Contains(s.CEL.Expression, `"`+v1alpha1.DriverName+`"`) || strings.Contains(s.CEL.Expression, `'`+v1alpha1.DriverName+`'`)) {
 			return true
 		}
 	}
 	for _, c := range class.Spec.Config {
-		if c.Opaque != nil && c.Opaque.Driver == podlabels.DriverName {
+		if c.Opaque != nil && c.Opaque.Driver == v1alpha1.DriverName {
 			return true
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 // ConfigurationName is the name of both webhook configurations.
@@ -54,7 +54,7 @@ type Options struct {
 
 // DefaultOptions are the chart's defaults.
 func DefaultOptions() Options {
-	return Options{SwapClasses: []string{podlabels.DriverName}}
+	return Options{SwapClasses: []string{v1alpha1.DriverName}}
 }
 
 // Webhook names.
@@ -66,9 +66,11 @@ const (
 )
 
 // mentionsDriver matches objects whose opaque config names the driver.
-const mentionsDriver = `(request.resource.resource == "deviceclasses" && has(object.spec.config) && object.spec.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
-(request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.config) && object.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
-(request.resource.resource == "resourceclaimtemplates" && has(object.spec.spec.devices) && has(object.spec.spec.devices.config) && object.spec.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap"))`
+func mentionsDriver(driver string) string {
+	return fmt.Sprintf(`(request.resource.resource == "deviceclasses" && has(object.spec.config) && object.spec.config.exists(c, has(c.opaque) && c.opaque.driver == %[1]q)) ||
+(request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.config) && object.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == %[1]q)) ||
+(request.resource.resource == "resourceclaimtemplates" && has(object.spec.spec.devices) && has(object.spec.spec.devices.config) && object.spec.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == %[1]q))`, driver)
+}
 
 // requestsSwapClass matches claims and templates with a request of one of
 // the classes.
@@ -87,10 +89,12 @@ func requestsSwapClass(classes []string) string {
 }
 
 // newlyReservesSwap matches a claim status update that reserves a claim
-// with a dra.swap allocation for a pod it was not reserved for before.
-const newlyReservesSwap = `has(object.status.allocation) && has(object.status.allocation.devices) && has(object.status.allocation.devices.results) &&
-object.status.allocation.devices.results.exists(r, r.driver == "dra.swap") && has(object.status.reservedFor) &&
-object.status.reservedFor.exists(c, c.resource == "pods" && !(has(oldObject.status.reservedFor) && oldObject.status.reservedFor.exists(o, o.uid == c.uid)))`
+// with an allocation of the driver for a pod it was not reserved for before.
+func newlyReservesSwap(driver string) string {
+	return fmt.Sprintf(`has(object.status.allocation) && has(object.status.allocation.devices) && has(object.status.allocation.devices.results) &&
+object.status.allocation.devices.results.exists(r, r.driver == %q) && has(object.status.reservedFor) &&
+object.status.reservedFor.exists(c, c.resource == "pods" && !(has(oldObject.status.reservedFor) && oldObject.status.reservedFor.exists(o, o.uid == c.uid)))`, driver)
+}
 
 // Configurations is the webhook configuration the driver installs (the
 // controller fills in caBundle when it manages its own certificate). Each
@@ -142,7 +146,7 @@ func Configurations(client ClientConfig, opts Options) *admissionregistrationv1.
 				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 				TimeoutSeconds:          ptr.To[int32](5),
 				Rules:                   []admissionregistrationv1.RuleWithOperations{rule(create, "resourceclaims"), rule(createUpdate, "resourceclaimtemplates", "deviceclasses")},
-				MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "names-dra-swap-config", Expression: mentionsDriver}},
+				MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "names-dra-swap-config", Expression: mentionsDriver(v1alpha1.DriverName)}},
 			},
 			{
 				Name:                    RequestsWebhook,
@@ -153,7 +157,7 @@ func Configurations(client ClientConfig, opts Options) *admissionregistrationv1.
 				TimeoutSeconds:          ptr.To[int32](3),
 				Rules:                   []admissionregistrationv1.RuleWithOperations{rule(create, "resourceclaims"), rule(createUpdate, "resourceclaimtemplates")},
 				MatchConditions: []admissionregistrationv1.MatchCondition{
-					{Name: "no-dra-swap-config", Expression: "!(" + mentionsDriver + ")"},
+					{Name: "no-dra-swap-config", Expression: "!(" + mentionsDriver(v1alpha1.DriverName) + ")"},
 					{Name: "requests-a-swap-class", Expression: requestsSwapClass(opts.SwapClasses)},
 				},
 			},
@@ -165,7 +169,7 @@ func Configurations(client ClientConfig, opts Options) *admissionregistrationv1.
 				FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 				TimeoutSeconds:          ptr.To[int32](3),
 				Rules:                   []admissionregistrationv1.RuleWithOperations{rule(update, "resourceclaims/status")},
-				MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "reserves-a-swap-claim", Expression: newlyReservesSwap}},
+				MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "reserves-a-swap-claim", Expression: newlyReservesSwap(v1alpha1.DriverName)}},
 			},
 		},
 	}

@@ -63,7 +63,7 @@ func fuzzHandlers(t testing.TB) []fuzzHandler {
 	}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: fuzzPodUID,
 		Labels:      map[string]string{"example.com/old": "x", podlabels.Zone: "z0"},
-		Annotations: map[string]string{podlabels.ManagedAnnotation: "example.com/old,,bad key," + podlabels.Zone},
+		Annotations: map[string]string{v1alpha1.AnnotationManagedLabels: "example.com/old,,bad key," + podlabels.Zone},
 	}}
 	reader := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(custom, pod).Build()
 	swapNode := podlabels.Node{
@@ -245,7 +245,7 @@ func checkConfigValidator(t *testing.T, _ admission.Handler, req admission.Reque
 	d := v1alpha1.NewDecoder()
 	var bad []string
 	for i, o := range configs {
-		if o == nil || o.Driver != podlabels.DriverName {
+		if o == nil || o.Driver != v1alpha1.DriverName {
 			continue
 		}
 		if _, err := d.Decode(o.Parameters.Raw); err != nil {
@@ -365,7 +365,7 @@ func checkPodPatch(obj client.Object, patch client.Patch) string {
 		}
 	}
 	for k := range merge.Metadata.Annotations {
-		if k != podlabels.ManagedAnnotation {
+		if k != v1alpha1.AnnotationManagedLabels {
 			return fmt.Sprintf("patch of pod %s changes annotation %q", obj.GetName(), k)
 		}
 	}

@@ -64,7 +64,7 @@ func TestBindingLabeler(t *testing.T) {
 		}},
 	}
 	nodes := fakeNodes{"swap-node": swapNode, "plain-node": {Labels: map[string]string{podlabels.Zone: "z1"}}}
-	want := map[string]string{podlabels.Zone: "z1", podlabels.Hostname: "host-1", podlabels.SwapBehavior: "LimitedSwap", "example.com/rack": "r1"}
+	want := map[string]string{podlabels.Zone: "z1", podlabels.Hostname: "host-1", v1alpha1.LabelSwapBehavior: "LimitedSwap", "example.com/rack": "r1"}
 	tests := []struct {
 		name       string
 		pod, node  string
@@ -109,8 +109,8 @@ func TestBindingLabeler(t *testing.T) {
 			if wantPatched := min(len(tc.wantLabels), 1); patched != wantPatched {
 				t.Errorf("patched %d pods, want %d", patched, wantPatched)
 			}
-			if len(tc.wantLabels) > 0 && got.Annotations[podlabels.ManagedAnnotation] != podlabels.Managed(tc.wantLabels) {
-				t.Errorf("managed annotation %q", got.Annotations[podlabels.ManagedAnnotation])
+			if len(tc.wantLabels) > 0 && got.Annotations[v1alpha1.AnnotationManagedLabels] != podlabels.Managed(tc.wantLabels) {
+				t.Errorf("managed annotation %q", got.Annotations[v1alpha1.AnnotationManagedLabels])
 			}
 		})
 	}

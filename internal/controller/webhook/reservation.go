@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -200,7 +201,7 @@ func swapNode(claim *resourceapi.ResourceClaim) string {
 		return ""
 	}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver == podlabels.DriverName {
+		if r.Driver == v1alpha1.DriverName {
 			return r.Pool
 		}
 	}

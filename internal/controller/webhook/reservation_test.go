@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -56,7 +57,7 @@ func TestReservationLabeler(t *testing.T) {
 		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c", ResourceVersion: "1"}}
 		if node != "" {
 			c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
-				{Request: "swap", Driver: podlabels.DriverName, Pool: node, Device: "swap"}}}}
+				{Request: "swap", Driver: v1alpha1.DriverName, Pool: node, Device: "swap"}}}}
 		}
 		for _, name := range reserved {
 			c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: name, UID: types.UID("uid-" + name)})
@@ -67,7 +68,7 @@ func TestReservationLabeler(t *testing.T) {
 		f(c)
 		return c
 	}
-	want := map[string]string{podlabels.Zone: "z1", podlabels.Hostname: "host-1", podlabels.SwapBehavior: "NoSwap", "example.com/rack": "r1"}
+	want := map[string]string{podlabels.Zone: "z1", podlabels.Hostname: "host-1", v1alpha1.LabelSwapBehavior: "NoSwap", "example.com/rack": "r1"}
 	tests := []struct {
 		name       string
 		stored     *resourceapi.ResourceClaim // nil: the review's old object
@@ -164,8 +165,8 @@ func TestReservationLabeler(t *testing.T) {
 				}
 				if len(wantLabels) > 0 {
 					wantPatched++
-					if pod.Annotations[podlabels.ManagedAnnotation] != podlabels.Managed(wantLabels) {
-						t.Errorf("pod %s managed annotation %q", name, pod.Annotations[podlabels.ManagedAnnotation])
+					if pod.Annotations[v1alpha1.AnnotationManagedLabels] != podlabels.Managed(wantLabels) {
+						t.Errorf("pod %s managed annotation %q", name, pod.Annotations[v1alpha1.AnnotationManagedLabels])
 					}
 				}
 			}
@@ -212,7 +213,7 @@ func TestReservationLabelerBounds(t *testing.T) {
 	review := func(entries int, distinct int) *resourceapi.ResourceClaim {
 		claim := stored.DeepCopy()
 		claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
-			{Request: "swap", Driver: podlabels.DriverName, Pool: "swap-node", Device: "swap"}}}}
+			{Request: "swap", Driver: v1alpha1.DriverName, Pool: "swap-node", Device: "swap"}}}}
 		for i := range entries {
 			n := i % distinct
 			claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: fmt.Sprintf("p%d", n), UID: types.UID(fmt.Sprintf("uid-%d", n))})

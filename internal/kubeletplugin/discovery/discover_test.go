@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 const (
@@ -62,7 +64,7 @@ func baseFacts(devices ...SwapDevice) Facts {
 		CgroupVersion: 2,
 		SwapControl:   true,
 		KernelVersion: "6.1.0",
-		SwapBehavior:  SwapBehaviorNoSwap,
+		SwapBehavior:  v1alpha1.SwapBehaviorNoSwap,
 		BootID:        testBootID,
 	}
 	for _, d := range devices {
@@ -303,7 +305,7 @@ func TestDiscover(t *testing.T) {
 		{
 			name:  "LimitedSwap",
 			setup: func(t *testing.T, h hostTree) { h.write(DefaultKubeletConfigPath, kubeletConfig("LimitedSwap")) },
-			want:  func(f *Facts) { f.SwapBehavior = SwapBehaviorLimitedSwap },
+			want:  func(f *Facts) { f.SwapBehavior = v1alpha1.SwapBehaviorLimitedSwap },
 		},
 	}
 	for _, tc := range tests {
@@ -435,8 +437,8 @@ func TestDiscoverUnreadableKubeletConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Discover() error = %v", err)
 			}
-			if got.SwapBehavior != SwapBehaviorUnknown {
-				t.Errorf("SwapBehavior = %q, want %q", got.SwapBehavior, SwapBehaviorUnknown)
+			if got.SwapBehavior != v1alpha1.SwapBehaviorUnknown {
+				t.Errorf("SwapBehavior = %q, want %q", got.SwapBehavior, v1alpha1.SwapBehaviorUnknown)
 			}
 			if !strings.Contains(got.SwapBehaviorProblem, tc.wantProblem) {
 				t.Errorf("SwapBehaviorProblem %q does not mention %q", got.SwapBehaviorProblem, tc.wantProblem)

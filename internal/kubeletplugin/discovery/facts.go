@@ -14,13 +14,6 @@ const (
 	MediumUnknown Medium = "unknown"
 )
 
-// Swap behaviors as configured in the kubelet's memorySwap.swapBehavior.
-const (
-	SwapBehaviorNoSwap      = "NoSwap"
-	SwapBehaviorLimitedSwap = "LimitedSwap"
-	SwapBehaviorUnknown     = "Unknown"
-)
-
 // SwapDevice is one active entry of /proc/swaps.
 type SwapDevice struct {
 	// Path as listed in /proc/swaps (a block device or a file).

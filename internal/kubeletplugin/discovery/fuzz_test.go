@@ -2,6 +2,8 @@ package discovery
 
 import (
 	"testing"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 func FuzzReadSwapBehavior(f *testing.F) {
@@ -58,7 +60,7 @@ func FuzzReadSwapBehavior(f *testing.F) {
 		if got != alone && got != dropAlone {
 			t.Fatalf("main %q (%s) with drop-in %q (%s) gives %s", mainConfig, alone, dropIn, dropAlone, got)
 		}
-		if dropAlone == SwapBehaviorLimitedSwap && got != SwapBehaviorLimitedSwap {
+		if dropAlone == v1alpha1.SwapBehaviorLimitedSwap && got != v1alpha1.SwapBehaviorLimitedSwap {
 			t.Fatalf("drop-in %q sets LimitedSwap, but main %q with it gives %s", dropIn, mainConfig, got)
 		}
 	})
@@ -69,8 +71,8 @@ func FuzzReadSwapBehavior(f *testing.F) {
 func checkBehavior(t *testing.T, what, got string, err error) {
 	t.Helper()
 	switch {
-	case err == nil && (got == SwapBehaviorNoSwap || got == SwapBehaviorLimitedSwap):
-	case err != nil && got == SwapBehaviorUnknown:
+	case err == nil && (got == v1alpha1.SwapBehaviorNoSwap || got == v1alpha1.SwapBehaviorLimitedSwap):
+	case err != nil && got == v1alpha1.SwapBehaviorUnknown:
 	default:
 		t.Fatalf("%s: ReadSwapBehavior = %q, %v", what, got, err)
 	}

@@ -9,6 +9,8 @@ import (
 
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 // DefaultKubeletConfigPath is where kubeadm (and kind, built on it) puts
@@ -39,26 +41,26 @@ var ErrNoKubeletConfig = errors.New("no kubelet configuration file or drop-in di
 // path was given).
 func ReadSwapBehavior(root, configPath, configDir string) (string, error) {
 	if configPath == "" && configDir == "" {
-		return SwapBehaviorUnknown, ErrNoKubeletConfig
+		return v1alpha1.SwapBehaviorUnknown, ErrNoKubeletConfig
 	}
 	var behavior, source string
 	if configPath != "" {
 		source = hostPath(root, configPath)
 		b, err := swapBehaviorFromFile(source)
 		if err != nil {
-			return SwapBehaviorUnknown, err
+			return v1alpha1.SwapBehaviorUnknown, err
 		}
 		behavior = b
 	}
 	if configDir != "" {
 		dropIns, err := dropInFiles(hostPath(root, configDir))
 		if err != nil {
-			return SwapBehaviorUnknown, err
+			return v1alpha1.SwapBehaviorUnknown, err
 		}
 		for _, path := range dropIns {
 			b, err := swapBehaviorFromFile(path)
 			if err != nil {
-				return SwapBehaviorUnknown, err
+				return v1alpha1.SwapBehaviorUnknown, err
 			}
 			if b != "" {
 				behavior, source = b, path
@@ -67,11 +69,11 @@ func ReadSwapBehavior(root, configPath, configDir string) (string, error) {
 	}
 	switch behavior {
 	case "":
-		return SwapBehaviorNoSwap, nil
-	case SwapBehaviorNoSwap, SwapBehaviorLimitedSwap:
+		return v1alpha1.SwapBehaviorNoSwap, nil
+	case v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap:
 		return behavior, nil
 	default:
-		return SwapBehaviorUnknown, fmt.Errorf("kubelet memorySwap.swapBehavior %q in %s is neither %s nor %s", behavior, source, SwapBehaviorNoSwap, SwapBehaviorLimitedSwap)
+		return v1alpha1.SwapBehaviorUnknown, fmt.Errorf("kubelet memorySwap.swapBehavior %q in %s is neither %s nor %s", behavior, source, v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap)
 	}
 }
 

@@ -3,6 +3,8 @@ package discovery
 import (
 	"strings"
 	"testing"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 const kubeletConfigHeader = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
@@ -26,55 +28,55 @@ func TestReadSwapBehavior(t *testing.T) {
 		{
 			name:  "NoSwap",
 			files: map[string]string{DefaultKubeletConfigPath: kubeletConfig("NoSwap")},
-			want:  SwapBehaviorNoSwap,
+			want:  v1alpha1.SwapBehaviorNoSwap,
 		},
 		{
 			name:  "LimitedSwap",
 			files: map[string]string{DefaultKubeletConfigPath: kubeletConfig("LimitedSwap")},
-			want:  SwapBehaviorLimitedSwap,
+			want:  v1alpha1.SwapBehaviorLimitedSwap,
 		},
 		{
 			name:  "field absent",
 			files: map[string]string{DefaultKubeletConfigPath: kubeletConfigHeader + "failSwapOn: false\ncgroupDriver: systemd\n"},
-			want:  SwapBehaviorNoSwap,
+			want:  v1alpha1.SwapBehaviorNoSwap,
 		},
 		{
 			name:  "empty value",
 			files: map[string]string{DefaultKubeletConfigPath: kubeletConfig(`""`)},
-			want:  SwapBehaviorNoSwap,
+			want:  v1alpha1.SwapBehaviorNoSwap,
 		},
 		{
 			name:  "empty file",
 			files: map[string]string{DefaultKubeletConfigPath: ""},
-			want:  SwapBehaviorNoSwap,
+			want:  v1alpha1.SwapBehaviorNoSwap,
 		},
 		{
 			name:       "other config path",
 			files:      map[string]string{"/etc/kubernetes/kubelet.yaml": kubeletConfig("LimitedSwap")},
 			configPath: "/etc/kubernetes/kubelet.yaml",
-			want:       SwapBehaviorLimitedSwap,
+			want:       v1alpha1.SwapBehaviorLimitedSwap,
 		},
 		{
 			name:    "missing file",
-			want:    SwapBehaviorUnknown,
+			want:    v1alpha1.SwapBehaviorUnknown,
 			wantErr: "/var/lib/kubelet/config.yaml: no such file",
 		},
 		{
 			name:    "broken YAML",
 			files:   map[string]string{DefaultKubeletConfigPath: kubeletConfigHeader + "memorySwap: [\n  swapBehavior: NoSwap\n"},
-			want:    SwapBehaviorUnknown,
+			want:    v1alpha1.SwapBehaviorUnknown,
 			wantErr: "parse kubelet configuration",
 		},
 		{
 			name:    "wrong type",
 			files:   map[string]string{DefaultKubeletConfigPath: kubeletConfigHeader + "memorySwap: LimitedSwap\n"},
-			want:    SwapBehaviorUnknown,
+			want:    v1alpha1.SwapBehaviorUnknown,
 			wantErr: "/var/lib/kubelet/config.yaml",
 		},
 		{
 			name:    "unknown value",
 			files:   map[string]string{DefaultKubeletConfigPath: kubeletConfig("UnlimitedSwap")},
-			want:    SwapBehaviorUnknown,
+			want:    v1alpha1.SwapBehaviorUnknown,
 			wantErr: `"UnlimitedSwap" in /`,
 		},
 		{
@@ -88,7 +90,7 @@ func TestReadSwapBehavior(t *testing.T) {
 				"/etc/kubernetes/kubelet.conf.d/README.txt": "not YAML: [",
 			},
 			configDir: "/etc/kubernetes/kubelet.conf.d",
-			want:      SwapBehaviorLimitedSwap,
+			want:      v1alpha1.SwapBehaviorLimitedSwap,
 		},
 		{
 			name: "later drop-in wins over earlier one",
@@ -98,7 +100,7 @@ func TestReadSwapBehavior(t *testing.T) {
 				"/etc/kubernetes/kubelet.conf.d/20-b.conf": kubeletConfig("NoSwap"),
 			},
 			configDir: "/etc/kubernetes/kubelet.conf.d",
-			want:      SwapBehaviorNoSwap,
+			want:      v1alpha1.SwapBehaviorNoSwap,
 		},
 		{
 			name: "drop-in without the field keeps the main file's value",
@@ -107,7 +109,7 @@ func TestReadSwapBehavior(t *testing.T) {
 				"/etc/kubernetes/kubelet.conf.d/10-a.conf": kubeletConfigHeader + "maxPods: 50\n",
 			},
 			configDir: "/etc/kubernetes/kubelet.conf.d",
-			want:      SwapBehaviorLimitedSwap,
+			want:      v1alpha1.SwapBehaviorLimitedSwap,
 		},
 		{
 			name: "broken drop-in",
@@ -116,7 +118,7 @@ func TestReadSwapBehavior(t *testing.T) {
 				"/etc/kubernetes/kubelet.conf.d/10-a.conf": "memorySwap: {",
 			},
 			configDir: "/etc/kubernetes/kubelet.conf.d",
-			want:      SwapBehaviorUnknown,
+			want:      v1alpha1.SwapBehaviorUnknown,
 			wantErr:   "/etc/kubernetes/kubelet.conf.d/10-a.conf",
 		},
 		{
@@ -126,7 +128,7 @@ func TestReadSwapBehavior(t *testing.T) {
 				"/etc/kubernetes/kubelet.conf.d/10-a.conf": kubeletConfig("limitedswap"),
 			},
 			configDir: "/etc/kubernetes/kubelet.conf.d",
-			want:      SwapBehaviorUnknown,
+			want:      v1alpha1.SwapBehaviorUnknown,
 			wantErr:   `"limitedswap" in /`,
 		},
 		{
@@ -138,27 +140,27 @@ func TestReadSwapBehavior(t *testing.T) {
 			},
 			noConfigFile: true,
 			configDir:    "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d",
-			want:         SwapBehaviorLimitedSwap,
+			want:         v1alpha1.SwapBehaviorLimitedSwap,
 		},
 		{
 			name:         "no config file: drop-ins that do not set it",
 			files:        map[string]string{"/etc/kubernetes/kubelet/config.json.d/00-nodeadm.conf": kubeletConfigHeader + "maxPods: 110\n"},
 			noConfigFile: true,
 			configDir:    "/etc/kubernetes/kubelet/config.json.d",
-			want:         SwapBehaviorNoSwap,
+			want:         v1alpha1.SwapBehaviorNoSwap,
 		},
 		{
 			name:         "neither a config file nor a drop-in directory",
 			files:        map[string]string{DefaultKubeletConfigPath: kubeletConfig("NoSwap")},
 			noConfigFile: true,
-			want:         SwapBehaviorUnknown,
+			want:         v1alpha1.SwapBehaviorUnknown,
 			wantErr:      "no kubelet configuration file or drop-in directory",
 		},
 		{
 			name:      "missing drop-in directory",
 			files:     map[string]string{DefaultKubeletConfigPath: kubeletConfig("LimitedSwap")},
 			configDir: "/etc/kubernetes/kubelet.conf.d",
-			want:      SwapBehaviorUnknown,
+			want:      v1alpha1.SwapBehaviorUnknown,
 			wantErr:   "/etc/kubernetes/kubelet.conf.d",
 		},
 	}

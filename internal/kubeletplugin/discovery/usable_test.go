@@ -3,6 +3,8 @@ package discovery
 import (
 	"strings"
 	"testing"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 func TestFactsUsable(t *testing.T) {
@@ -14,7 +16,7 @@ func TestFactsUsable(t *testing.T) {
 	}{
 		{name: "usable", mutate: func(*Facts) {}},
 		{name: "usable on cgroup v1", mutate: func(f *Facts) { f.CgroupVersion = 1 }},
-		{name: "usable with unknown swap behavior", mutate: func(f *Facts) { f.SwapBehavior = SwapBehaviorUnknown }},
+		{name: "usable with unknown swap behavior", mutate: func(f *Facts) { f.SwapBehavior = v1alpha1.SwapBehaviorUnknown }},
 		{name: "no device", mutate: func(f *Facts) { f.Devices, f.TotalBytes = nil, 0 }, wantReason: "no active swap device"},
 		{name: "zero size", mutate: func(f *Facts) { f.Devices[0].SizeBytes, f.TotalBytes = 0, 0 }, wantReason: "total size of 0 bytes"},
 		{name: "unknown cgroup version", mutate: func(f *Facts) { f.CgroupVersion, f.SwapControl = 0, false }, wantReason: "cgroup version unknown"},

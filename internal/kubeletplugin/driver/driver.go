@@ -18,8 +18,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
 // healthInterval is how often the device's health is re-sent; the kubelet
@@ -106,7 +106,7 @@ func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 func (d *driver) healthReport() kubeletplugin.DeviceHealthReport {
 	h := kubeletplugin.DeviceHealth{
 		PoolName:           d.poolName,
-		DeviceName:         swapdevice.DeviceName,
+		DeviceName:         v1alpha1.DeviceName,
 		Health:             kubeletplugin.HealthStatusHealthy,
 		LastUpdated:        time.Now(),
 		HealthCheckTimeout: 3 * healthInterval,

@@ -9,6 +9,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
@@ -60,7 +61,7 @@ func TestHealthReport(t *testing.T) {
 				t.Fatalf("report has %d devices, want 1", len(report.Devices))
 			}
 			h := report.Devices[0]
-			if h.PoolName != "node-a" || h.DeviceName != swapdevice.DeviceName || h.HealthCheckTimeout != 3*healthInterval || h.LastUpdated.IsZero() {
+			if h.PoolName != "node-a" || h.DeviceName != v1alpha1.DeviceName || h.HealthCheckTimeout != 3*healthInterval || h.LastUpdated.IsZero() {
 				t.Errorf("device %+v", h)
 			}
 			if h.Health != tc.wantHealth || h.Message != tc.wantMessage {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
@@ -23,7 +24,7 @@ func TestPublisherKubeletConfigEvents(t *testing.T) {
 	type event struct{ eventType, reason, action, note string }
 	unreadable := func(problem string) discovery.Facts {
 		f := facts(1 << 30)
-		f.SwapBehavior, f.SwapBehaviorProblem = discovery.SwapBehaviorUnknown, problem
+		f.SwapBehavior, f.SwapBehaviorProblem = v1alpha1.SwapBehaviorUnknown, problem
 		return f
 	}
 	steps := []struct {
@@ -87,14 +88,14 @@ func TestPublisherKubeletConfigEvents(t *testing.T) {
 		if !strings.Contains(e.note, s.wantInNote) || len(e.note) > eventmsg.NoteLimit {
 			t.Errorf("%s: note (%d bytes) %q, want at most %d bytes mentioning %q", s.name, len(e.note), e.note, eventmsg.NoteLimit, s.wantInNote)
 		}
-		if e.action == taintAction("Taint", TaintOvercommitted) || e.action == taintAction("Untaint", TaintOvercommitted) {
+		if e.action == taintAction("Taint", v1alpha1.TaintOvercommitted) || e.action == taintAction("Untaint", v1alpha1.TaintOvercommitted) {
 			t.Errorf("%s: action %s is a taint's", s.name, e.action)
 		}
 	}
 	// What the last step published: the behavior as Unknown.
 	last := published[len(published)-1].Pools["node-a"].Slices[0].Devices[0]
-	if got := last.Attributes[swapdevice.AttrSwapBehavior].StringValue; got == nil || *got != discovery.SwapBehaviorUnknown {
-		t.Errorf("published swapBehavior %v, want %s", got, discovery.SwapBehaviorUnknown)
+	if got := last.Attributes[v1alpha1.AttrSwapBehavior].StringValue; got == nil || *got != v1alpha1.SwapBehaviorUnknown {
+		t.Errorf("published swapBehavior %v, want %s", got, v1alpha1.SwapBehaviorUnknown)
 	}
 }
 

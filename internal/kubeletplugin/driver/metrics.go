@@ -9,6 +9,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
@@ -134,7 +135,7 @@ func NewMetrics() *Metrics {
 	for _, c := range append(all, m.claimUsed) {
 		m.names = append(m.names, c.FQName())
 	}
-	for _, key := range []string{pressure.TaintMemoryPressure, pressure.TaintSwapFull, TaintOvercommitted} {
+	for _, key := range []string{v1alpha1.TaintMemoryPressure, v1alpha1.TaintSwapFull, v1alpha1.TaintOvercommitted} {
 		m.tainted.WithLabelValues(key).Set(0)
 	}
 	// Counters start at 0 for every label value known: increase() and
@@ -177,7 +178,7 @@ func (m *Metrics) setPressure(f pressure.Figures, active []pressure.Taint) {
 	for _, t := range active {
 		set[t.Key] = true
 	}
-	for _, key := range []string{pressure.TaintMemoryPressure, pressure.TaintSwapFull} {
+	for _, key := range []string{v1alpha1.TaintMemoryPressure, v1alpha1.TaintSwapFull} {
 		m.tainted.WithLabelValues(key).Set(boolValue(set[key]))
 	}
 }
@@ -185,7 +186,7 @@ func (m *Metrics) setPressure(f pressure.Figures, active []pressure.Taint) {
 func (m *Metrics) statusFailed() { m.statusErr.Inc() }
 
 func (m *Metrics) setOvercommitted(tainted bool) {
-	m.tainted.WithLabelValues(TaintOvercommitted).Set(boolValue(tainted))
+	m.tainted.WithLabelValues(v1alpha1.TaintOvercommitted).Set(boolValue(tainted))
 }
 
 func boolValue(b bool) float64 {

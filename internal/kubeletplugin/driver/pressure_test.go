@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 )
 
@@ -80,7 +81,7 @@ func TestPressureWatcher(t *testing.T) {
 	}
 	step(5 * time.Second)
 	taints := w.taints()
-	if len(taints) != 2 || taints[0].Key != pressure.TaintMemoryPressure || taints[1].Key != pressure.TaintSwapFull ||
+	if len(taints) != 2 || taints[0].Key != v1alpha1.TaintMemoryPressure || taints[1].Key != v1alpha1.TaintSwapFull ||
 		taints[0].Effect != "NoSchedule" || taints[0].TimeAdded == nil {
 		t.Fatalf("taints %+v, want memory-pressure and swap-full", taints)
 	}

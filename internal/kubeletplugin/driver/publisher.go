@@ -15,10 +15,10 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
 // Publisher keeps the node's ResourceSlice in step with the node: it
@@ -142,7 +142,7 @@ func (p *Publisher) Device() (*resourceapi.Device, string) {
 // ("held-768Mi-offered-512Mi") and whether the device carries it: the
 // decision checkOvercommit took at the last sync of the writer.
 func (p *Publisher) Overcommit() (string, bool) {
-	return p.taints.value(TaintOvercommitted)
+	return p.taints.value(v1alpha1.TaintOvercommitted)
 }
 
 // Offer returns the swap the published device offers (0 on a node that
@@ -153,7 +153,7 @@ func (p *Publisher) Offer() int64 {
 	if !p.state.synced || p.state.device == nil {
 		return -1
 	}
-	if q, ok := p.state.device.Capacity[swapdevice.CapacitySwap]; ok && p.state.reason == "" {
+	if q, ok := p.state.device.Capacity[v1alpha1.CapacitySwap]; ok && p.state.reason == "" {
 		return q.Value.Value()
 	}
 	return 0
@@ -183,7 +183,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	var offer int64
-	if q, ok := device.Capacity[swapdevice.CapacitySwap]; ok && reason == "" {
+	if q, ok := device.Capacity[v1alpha1.CapacitySwap]; ok && reason == "" {
 		offer = q.Value.Value()
 	}
 	p.checkOvercommit(ctx, offer)
@@ -206,9 +206,9 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("publish ResourceSlice of node %s: %w", p.NodeName, err)
 	}
 	if reason != "" {
-		logger.Info("Node offers no swap: publishing its device with zero capacity, tainted "+swapdevice.TaintNoUsableSwap, "node", p.NodeName, "reason", reason, "swapBehavior", facts.SwapBehavior)
+		logger.Info("Node offers no swap: publishing its device with zero capacity, tainted "+v1alpha1.TaintNoUsableSwap, "node", p.NodeName, "reason", reason, "swapBehavior", facts.SwapBehavior)
 	} else {
-		q := device.Capacity[swapdevice.CapacitySwap].Value
+		q := device.Capacity[v1alpha1.CapacitySwap].Value
 		logger.Info("Publishing swap device", "node", p.NodeName, "offer", q.String(),
 			"totalBytes", facts.TotalBytes, "swapBehavior", facts.SwapBehavior, "cgroupVersion", facts.CgroupVersion, "medium", facts.Medium)
 	}
@@ -234,23 +234,23 @@ func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
 		now = p.Now
 	}
 	if p.Overcommitted != nil {
-		defer func() { p.Overcommitted(p.taints.has(TaintOvercommitted)) }()
+		defer func() { p.Overcommitted(p.taints.has(v1alpha1.TaintOvercommitted)) }()
 	}
 	if prepared > offer {
 		value := fmt.Sprintf("held-%dMi-offered-%dMi", prepared>>20, offer>>20)
-		if p.taints.set(TaintOvercommitted, value, now()) {
+		if p.taints.set(v1alpha1.TaintOvercommitted, value, now()) {
 			msg := fmt.Sprintf("Swap claims prepared on the node hold %s but the node offers %s now (its swap shrank or was turned off): "+
 				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end",
-				quantity(prepared), quantity(offer), TaintOvercommitted)
+				quantity(prepared), quantity(offer), v1alpha1.TaintOvercommitted)
 			klog.FromContext(ctx).Info("Swap overcommitted: tainting the device", "node", p.NodeName, "prepared", prepared, "offer", offer)
-			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, taintAction("Taint", TaintOvercommitted), msg)
+			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, taintAction("Taint", v1alpha1.TaintOvercommitted), msg)
 		}
 		return
 	}
-	if p.taints.clear(TaintOvercommitted) {
+	if p.taints.clear(v1alpha1.TaintOvercommitted) {
 		klog.FromContext(ctx).Info("Swap no longer overcommitted: taint removed", "node", p.NodeName, "prepared", prepared, "offer", offer)
-		p.nodeEvent(corev1.EventTypeNormal, ReasonOvercommitCleared, taintAction("Untaint", TaintOvercommitted), fmt.Sprintf(
-			"The node offers %s of swap again and its swap claims hold %s: taint %s removed", quantity(offer), quantity(prepared), TaintOvercommitted))
+		p.nodeEvent(corev1.EventTypeNormal, ReasonOvercommitCleared, taintAction("Untaint", v1alpha1.TaintOvercommitted), fmt.Sprintf(
+			"The node offers %s of swap again and its swap claims hold %s: taint %s removed", quantity(offer), quantity(prepared), v1alpha1.TaintOvercommitted))
 	}
 }
 
@@ -268,7 +268,7 @@ func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
 		p.nodeEvent(corev1.EventTypeWarning, ReasonKubeletConfigUnreadable, actionReadKubeletConfig, eventmsg.Note(
 			"Cannot tell the kubelet's swap behavior, so the node's swap device is published with swapBehavior %s "+
 				"(the node label %s stays as it is): %s. Point --kubelet-config and --kubelet-config-dir (the chart's "+
-				"kubeletPlugin.kubeletConfig) at where this node keeps the kubelet's configuration", discovery.SwapBehaviorUnknown, podlabels.SwapBehavior, facts.SwapBehaviorProblem))
+				"kubeletPlugin.kubeletConfig) at where this node keeps the kubelet's configuration", v1alpha1.SwapBehaviorUnknown, v1alpha1.LabelSwapBehavior, facts.SwapBehaviorProblem))
 		return
 	}
 	p.nodeEvent(corev1.EventTypeNormal, ReasonKubeletConfigRead, actionReadKubeletConfig, eventmsg.Note(

@@ -9,13 +9,14 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
 func facts(total int64) discovery.Facts {
 	f := discovery.Facts{TotalBytes: total, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true,
-		KernelVersion: "6.8.0", SwapBehavior: discovery.SwapBehaviorNoSwap, BootID: "b"}
+		KernelVersion: "6.8.0", SwapBehavior: v1alpha1.SwapBehaviorNoSwap, BootID: "b"}
 	if total > 0 {
 		f.Devices = []discovery.SwapDevice{{Path: "/dev/sda2", Type: "partition", SizeBytes: total}}
 	}
@@ -131,8 +132,8 @@ func TestPublisherOvercommitTaint(t *testing.T) {
 	}
 	current = facts(512 << 20) // a swap file was turned off
 	sync("512Mi offered")
-	if got := taints(); len(got) != 1 || got[0] != TaintOvercommitted+"=held-768Mi-offered-512Mi:NoSchedule" {
-		t.Fatalf("taints %v, want %s", got, TaintOvercommitted)
+	if got := taints(); len(got) != 1 || got[0] != v1alpha1.TaintOvercommitted+"=held-768Mi-offered-512Mi:NoSchedule" {
+		t.Fatalf("taints %v, want %s", got, v1alpha1.TaintOvercommitted)
 	}
 	if len(events) != 1 || events[0].eventType != "Warning" || events[0].reason != ReasonOvercommitted ||
 		!strings.Contains(events[0].message, "hold 768Mi but the node offers 512Mi") {
@@ -157,7 +158,7 @@ func TestTaintAction(t *testing.T) {
 	for _, tc := range []struct{ verb, key, want string }{
 		{"Taint", "dra.swap/swap-full", "TaintSwapFull"},
 		{"Untaint", "dra.swap/memory-pressure", "UntaintMemoryPressure"},
-		{"Taint", TaintOvercommitted, "TaintOvercommitted"},
+		{"Taint", v1alpha1.TaintOvercommitted, "TaintOvercommitted"},
 		{"Taint", "plain", "TaintPlain"},
 		{"Taint", "dra.swap/a--b", "TaintAB"},
 	} {

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 // TakeOver makes this instance the writer of the node's ResourceSlice:
@@ -73,7 +73,7 @@ func (p *Publisher) seed(ctx context.Context, device *resourceapi.Device) {
 	var keys []string
 	for _, t := range device.Taints {
 		keys = append(keys, t.Key+"="+t.Value)
-		if t.Key != TaintOvercommitted {
+		if t.Key != v1alpha1.TaintOvercommitted {
 			continue
 		}
 		since := time.Now()
@@ -174,7 +174,7 @@ func publishedDevice(ctx context.Context, client kubernetes.Interface, driverNam
 			continue
 		}
 		for j := range s.Spec.Devices {
-			if s.Spec.Devices[j].Name == swapdevice.DeviceName {
+			if s.Spec.Devices[j].Name == v1alpha1.DeviceName {
 				found, generation = s.Spec.Devices[j].DeepCopy(), s.Spec.Pool.Generation
 			}
 		}

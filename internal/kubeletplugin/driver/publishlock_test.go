@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
@@ -30,7 +31,7 @@ func resourceSlice(name, driver, node, pool string, generation int64, taints ...
 		Spec: resourceapi.ResourceSliceSpec{
 			Driver: driver, NodeName: ptr.To(node),
 			Pool:    resourceapi.ResourcePool{Name: pool, Generation: generation, ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: swapdevice.DeviceName, Taints: taints}},
+			Devices: []resourceapi.Device{{Name: v1alpha1.DeviceName, Taints: taints}},
 		},
 	}
 }
@@ -56,9 +57,9 @@ func taintStrings(r resourceslice.DriverResources, pool string) []string {
 func TestPublisherKeepsPublishedTaints(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	added := metav1.NewTime(time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC))
-	swapFull := resourceapi.DeviceTaint{Key: pressure.TaintSwapFull, Value: "used-95", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added}
-	overcommitted := resourceapi.DeviceTaint{Key: TaintOvercommitted, Value: "held-768Mi-offered-512Mi", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added}
-	other := resourceapi.DeviceTaint{Key: pressure.TaintMemoryPressure, Value: "full-50.0", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added}
+	swapFull := resourceapi.DeviceTaint{Key: v1alpha1.TaintSwapFull, Value: "used-95", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added}
+	overcommitted := resourceapi.DeviceTaint{Key: v1alpha1.TaintOvercommitted, Value: "held-768Mi-offered-512Mi", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added}
+	other := resourceapi.DeviceTaint{Key: v1alpha1.TaintMemoryPressure, Value: "full-50.0", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &added}
 	client := fake.NewClientset(
 		resourceSlice("current", "dra.swap", "node-a", "node-a", 3, overcommitted, swapFull),
 		resourceSlice("older", "dra.swap", "node-a", "node-a", 2, other),
@@ -118,7 +119,7 @@ func TestPublisherKeepsPublishedTaints(t *testing.T) {
 		}
 	}
 	resync("first publish after the restart")
-	want := []string{TaintOvercommitted + "=held-768Mi-offered-512Mi@2026-11-25T09:00:00Z", pressure.TaintSwapFull + "=used-95@2026-11-25T09:00:00Z"}
+	want := []string{v1alpha1.TaintOvercommitted + "=held-768Mi-offered-512Mi@2026-11-25T09:00:00Z", v1alpha1.TaintSwapFull + "=used-95@2026-11-25T09:00:00Z"}
 	if len(published) != 1 || !slices.Equal(taintStrings(published[0], "node-a"), want) {
 		t.Fatalf("published %v, want one publish with taints %v", published, want)
 	}

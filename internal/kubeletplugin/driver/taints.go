@@ -10,11 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TaintOvercommitted taints the swap device while the node's claims hold
-// more swap than it offers (swap was turned off or shrank after they were
-// allocated), so that no new claim is allocated on the node.
-const TaintOvercommitted = "dra.swap/overcommitted"
-
 // deviceTaints are the NoSchedule taints the plugin puts on the node's
 // swap device, each with the time it was added: kept as it was while the
 // taint stays, so the published device changes only when a taint comes,

@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
@@ -293,7 +294,7 @@ func SwapFromHooks(hookPath, podUID string, hooks *api.Hooks) (total int64, n in
 		if req.PodUID != "" && req.PodUID != podUID {
 			return 0, 0, errOtherPod
 		}
-		if total > hookstate.MaxSwapBytes-req.Share.SwapLimit {
+		if total > limits.MaxSwapBytes-req.Share.SwapLimit {
 			return 0, 0, fmt.Errorf("hook %s: swap limits overflow", hookPath)
 		}
 		total += req.Share.SwapLimit

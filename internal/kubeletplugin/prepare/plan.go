@@ -12,7 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 )
 
 // resultPlan is what prepare decided for one allocation result of the
@@ -45,9 +45,9 @@ func (m *Manager) plan(claim *resourceapi.ResourceClaim) (*claimPlan, error) {
 		if r.Driver != m.opts.DriverName {
 			continue
 		}
-		if r.Pool != m.opts.PoolName || r.Device != swapdevice.DeviceName {
+		if r.Pool != m.opts.PoolName || r.Device != v1alpha1.DeviceName {
 			return nil, fmt.Errorf("request %q was allocated device %s/%s, which is not this node's swap device %s/%s",
-				r.Request, r.Pool, r.Device, m.opts.PoolName, swapdevice.DeviceName)
+				r.Request, r.Pool, r.Device, m.opts.PoolName, v1alpha1.DeviceName)
 		}
 		rp := resultPlan{index: i, result: r}
 		if r.AdminAccess != nil && *r.AdminAccess {
@@ -55,16 +55,16 @@ func (m *Manager) plan(claim *resourceapi.ResourceClaim) (*claimPlan, error) {
 			plan.results = append(plan.results, rp)
 			continue
 		}
-		q, ok := r.ConsumedCapacity[swapdevice.CapacitySwap]
+		q, ok := r.ConsumedCapacity[v1alpha1.CapacitySwap]
 		if !ok {
-			return nil, fmt.Errorf("request %q has no consumed %q capacity: the cluster must allocate consumable capacity (DRAConsumableCapacity, on by default from Kubernetes 1.36)", r.Request, swapdevice.CapacitySwap)
+			return nil, fmt.Errorf("request %q has no consumed %q capacity: the cluster must allocate consumable capacity (DRAConsumableCapacity, on by default from Kubernetes 1.36)", r.Request, v1alpha1.CapacitySwap)
 		}
 		b := q.Value()
 		if b == 0 {
-			return nil, fmt.Errorf("request %q consumed no swap: the node offers none (its device carries the taint %s, which the claim tolerates)", r.Request, swapdevice.TaintNoUsableSwap)
+			return nil, fmt.Errorf("request %q consumed no swap: the node offers none (its device carries the taint %s, which the claim tolerates)", r.Request, v1alpha1.TaintNoUsableSwap)
 		}
-		if b < 0 || b > maxSwapBytes {
-			return nil, fmt.Errorf("request %q consumed %s of swap, outside 1..%d bytes", r.Request, q.String(), maxSwapBytes)
+		if b < 0 || b > limits.MaxSwapBytes {
+			return nil, fmt.Errorf("request %q consumed %s of swap, outside 1..%d bytes", r.Request, q.String(), limits.MaxSwapBytes)
 		}
 		config, err := m.config(claim, alloc.Config, r)
 		if err != nil {

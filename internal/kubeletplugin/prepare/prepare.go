@@ -27,10 +27,6 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 )
 
-// maxSwapBytes bounds any limit the driver hands on (far above any real
-// swap size, far below overflow when limits are added up).
-const maxSwapBytes = int64(1) << 50
-
 // SpecWriter writes and removes per-claim CDI specs (internal/cdi.Writer).
 type SpecWriter interface {
 	Write(edits cdi.ClaimEdits) error

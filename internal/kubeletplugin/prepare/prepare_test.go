@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 )
@@ -230,7 +231,7 @@ func devicesString(devices []kubeletplugin.Device) string {
 }
 
 func envValue(s *cdispec.Spec) string {
-	return strings.TrimPrefix(s.Devices[0].ContainerEdits.Env[0], cdi.EnvSwapLimit+"=")
+	return strings.TrimPrefix(s.Devices[0].ContainerEdits.Env[0], v1alpha1.EnvSwapLimit+"=")
 }
 
 func hookArgs(s *cdispec.Spec) string {
@@ -488,6 +489,9 @@ func TestPrepareRejectsBadAllocations(t *testing.T) {
 		{name: "absurd bytes", mutate: func(c *resourceapi.ResourceClaim) {
 			c.Status.Allocation.Devices.Results[0].ConsumedCapacity["swap"] = resource.MustParse("8Ei")
 		}, wantErr: "outside 1.."},
+		{name: "above the largest swap value", mutate: func(c *resourceapi.ResourceClaim) {
+			c.Status.Allocation.Devices.Results[0].ConsumedCapacity["swap"] = resource.MustParse("1025Ti")
+		}, wantErr: "outside 1..1125899906842624 bytes"},
 		{name: "other node's pool", mutate: func(c *resourceapi.ResourceClaim) { c.Status.Allocation.Devices.Results[0].Pool = "node-b" }, wantErr: "not this node's swap device"},
 		{name: "only other drivers", mutate: func(c *resourceapi.ResourceClaim) { c.Status.Allocation.Devices.Results[0].Driver = "gpu.example.com" }, wantErr: "no device of driver dra.swap"},
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 // t0 is the time of the first observation of every sequence.
@@ -157,10 +159,10 @@ func formatEvents(evs []event) string {
 }
 
 const (
-	setPressure   = "+" + TaintMemoryPressure
-	clearPressure = "-" + TaintMemoryPressure
-	setSwapFull   = "+" + TaintSwapFull
-	clearSwapFull = "-" + TaintSwapFull
+	setPressure   = "+" + v1alpha1.TaintMemoryPressure
+	clearPressure = "-" + v1alpha1.TaintMemoryPressure
+	setSwapFull   = "+" + v1alpha1.TaintSwapFull
+	clearSwapFull = "-" + v1alpha1.TaintSwapFull
 )
 
 func TestMonitorObserve(t *testing.T) {
@@ -188,7 +190,7 @@ func TestMonitorObserve(t *testing.T) {
 			name:       "steady high sets after exactly SetAfter",
 			obs:        every(s5, 0, sec(60), high),
 			want:       []event{{sec(30), setPressure, "some-40.0"}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name: "not a moment before SetAfter",
@@ -198,7 +200,7 @@ func TestMonitorObserve(t *testing.T) {
 			name:       "set when the first observation after SetAfter comes late",
 			obs:        slices.Concat(at(0, high), at(sec(10), high), at(sec(47), high)),
 			want:       []event{{sec(47), setPressure, ""}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name: "spike shorter than SetAfter",
@@ -212,7 +214,7 @@ func TestMonitorObserve(t *testing.T) {
 				every(s5, sec(30), sec(120), high),
 			),
 			want:       []event{{sec(60), setPressure, ""}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name: "flapping around the set threshold never sets",
@@ -229,7 +231,7 @@ func TestMonitorObserve(t *testing.T) {
 				every(s5, sec(35), sec(95), idle), // 35..90: 55s low
 			),
 			want:       []event{{sec(30), setPressure, ""}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name: "low for ClearAfter clears",
@@ -243,7 +245,7 @@ func TestMonitorObserve(t *testing.T) {
 			name:       "hysteresis band keeps a set taint",
 			obs:        slices.Concat(every(s5, 0, sec(35), high), every(s5, sec(35), sec(1200), band)),
 			want:       []event{{sec(30), setPressure, ""}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name: "band restarts the clear timer",
@@ -273,31 +275,31 @@ func TestMonitorObserve(t *testing.T) {
 				every(s5, sec(30), sec(65), high),
 			),
 			want:       []event{{sec(60), setPressure, ""}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name:       "full avg10 alone sets",
 			obs:        every(s5, 0, sec(35), fullHigh),
 			want:       []event{{sec(30), setPressure, "full-11.0"}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name:       "full in its band keeps a set taint although some is low",
 			obs:        slices.Concat(every(s5, 0, sec(35), fullHigh), every(s5, sec(35), sec(300), fullBand)),
 			want:       []event{{sec(30), setPressure, ""}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name:       "kubepods source higher than the node is used",
 			obs:        every(s5, 0, sec(35), nodeAndKubepods(1, 0, 42.5, 3)),
 			want:       []event{{sec(30), setPressure, "some-42.5"}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name:       "node higher than kubepods is used",
 			obs:        every(s5, 0, sec(35), nodeAndKubepods(1, 10.5, 2, 0)),
 			want:       []event{{sec(30), setPressure, "full-10.5"}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name: "low only when every source is low",
@@ -312,7 +314,7 @@ func TestMonitorObserve(t *testing.T) {
 			name:       "PSI unavailable never sets pressure, swap full still works",
 			obs:        slices.Concat(every(s5, 0, sec(600), noPSI(95))),
 			want:       []event{{sec(30), setSwapFull, "used-95"}},
-			wantActive: []string{TaintSwapFull},
+			wantActive: []string{v1alpha1.TaintSwapFull},
 		},
 		{
 			name: "PSI lost while set counts as low",
@@ -323,7 +325,7 @@ func TestMonitorObserve(t *testing.T) {
 			name:       "swap full sets and stays in its band",
 			obs:        slices.Concat(every(s5, 0, sec(35), swapUsed(90)), every(s5, sec(35), sec(600), swapUsed(85))),
 			want:       []event{{sec(30), setSwapFull, "used-90"}},
-			wantActive: []string{TaintSwapFull},
+			wantActive: []string{v1alpha1.TaintSwapFull},
 		},
 		{
 			name: "swap full clears below SwapFullClear",
@@ -355,20 +357,20 @@ func TestMonitorObserve(t *testing.T) {
 				{sec(30), setPressure, "full-20.0"},
 				{sec(30), setSwapFull, "used-100"},
 			},
-			wantActive: []string{TaintMemoryPressure, TaintSwapFull},
+			wantActive: []string{v1alpha1.TaintMemoryPressure, v1alpha1.TaintSwapFull},
 		},
 		{
 			name:       "zero dwell times act on the first observation",
 			cfg:        immediate(),
 			obs:        slices.Concat(at(0, high), at(sec(1), band), at(sec(2), idle), at(sec(3), band), at(sec(4), high)),
 			want:       []event{{0, setPressure, ""}, {sec(2), clearPressure, ""}, {sec(4), setPressure, ""}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 		{
 			name:       "an observation earlier than the pending run restarts it",
 			obs:        slices.Concat(at(sec(100), high), at(sec(50), high), at(sec(79), high), at(sec(80), high)),
 			want:       []event{{sec(80), setPressure, ""}},
-			wantActive: []string{TaintMemoryPressure},
+			wantActive: []string{v1alpha1.TaintMemoryPressure},
 		},
 	}
 	for _, tt := range tests {
@@ -409,8 +411,8 @@ func TestMonitorActive(t *testing.T) {
 	)
 	replay(t, m, obs)
 	want := []Taint{
-		{Key: TaintMemoryPressure, Value: "some-35.0", Since: t0.Add(sec(30))},
-		{Key: TaintSwapFull, Value: "used-91", Since: t0.Add(sec(30))},
+		{Key: v1alpha1.TaintMemoryPressure, Value: "some-35.0", Since: t0.Add(sec(30))},
+		{Key: v1alpha1.TaintSwapFull, Value: "used-91", Since: t0.Add(sec(30))},
 	}
 	if got := m.Active(); !slices.Equal(got, want) {
 		t.Errorf("Active() = %+v, want %+v", got, want)

@@ -12,15 +12,8 @@ package pressure
 import (
 	"sync"
 	"time"
-)
 
-// Device taint keys, one per condition.
-const (
-	// TaintMemoryPressure is set while the node (or its kubepods cgroup)
-	// stalls on memory.
-	TaintMemoryPressure = "dra.swap/memory-pressure"
-	// TaintSwapFull is set while the node's swap is nearly full.
-	TaintSwapFull = "dra.swap/swap-full"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 // Transition is a taint that an observation set or cleared.
@@ -100,8 +93,8 @@ func NewMonitor(cfg Config) (*Monitor, error) {
 		return nil, err
 	}
 	m := &Monitor{cfg: cfg}
-	m.conds[condPressure].key = TaintMemoryPressure
-	m.conds[condSwapFull].key = TaintSwapFull
+	m.conds[condPressure].key = v1alpha1.TaintMemoryPressure
+	m.conds[condSwapFull].key = v1alpha1.TaintSwapFull
 	return m, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 // loadRecording reads a recorded sample sequence from testdata. Each line
@@ -142,10 +144,10 @@ func TestReplayThrashActiveValue(t *testing.T) {
 			continue
 		}
 		active := m.Active()
-		if len(active) == 0 || active[0].Key != TaintMemoryPressure {
+		if len(active) == 0 || active[0].Key != v1alpha1.TaintMemoryPressure {
 			t.Fatalf("at %v: Active() = %+v, want the memory pressure taint", o.at, active)
 		}
-		if want := (Taint{Key: TaintMemoryPressure, Value: "full-16.4", Since: t0.Add(sec(120))}); active[0] != want {
+		if want := (Taint{Key: v1alpha1.TaintMemoryPressure, Value: "full-16.4", Since: t0.Add(sec(120))}); active[0] != want {
 			t.Fatalf("at %v: Active()[0] = %+v, want %+v", o.at, active[0], want)
 		}
 	}

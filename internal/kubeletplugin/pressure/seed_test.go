@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 // A taint an earlier plugin instance published survives the restart: it
@@ -24,36 +26,36 @@ func TestMonitorSeed(t *testing.T) {
 	}{
 		{
 			name:       "swap-full kept while swap stays in the band",
-			seed:       []Taint{{Key: TaintSwapFull, Value: "used-95", Since: since}},
+			seed:       []Taint{{Key: v1alpha1.TaintSwapFull, Value: "used-95", Since: since}},
 			obs:        every(10*time.Second, 0, 5*time.Minute, swapUsed(85)),
-			wantSeeded: []string{TaintSwapFull},
-			wantActive: []string{TaintSwapFull + "=used-95"},
+			wantSeeded: []string{v1alpha1.TaintSwapFull},
+			wantActive: []string{v1alpha1.TaintSwapFull + "=used-95"},
 		},
 		{
 			name:       "swap-full kept for less than ClearAfter of low",
-			seed:       []Taint{{Key: TaintSwapFull, Value: "used-95", Since: since}},
+			seed:       []Taint{{Key: v1alpha1.TaintSwapFull, Value: "used-95", Since: since}},
 			obs:        every(10*time.Second, 0, cfg.ClearAfter, swapUsed(10)),
-			wantSeeded: []string{TaintSwapFull},
-			wantActive: []string{TaintSwapFull + "=used-95"},
+			wantSeeded: []string{v1alpha1.TaintSwapFull},
+			wantActive: []string{v1alpha1.TaintSwapFull + "=used-95"},
 		},
 		{
 			name:       "swap-full cleared after ClearAfter of low",
-			seed:       []Taint{{Key: TaintSwapFull, Value: "used-95", Since: since}},
+			seed:       []Taint{{Key: v1alpha1.TaintSwapFull, Value: "used-95", Since: since}},
 			obs:        every(10*time.Second, 0, cfg.ClearAfter+10*time.Second, swapUsed(10)),
-			wantSeeded: []string{TaintSwapFull},
+			wantSeeded: []string{v1alpha1.TaintSwapFull},
 			wantClears: 1,
 		},
 		{
 			name: "both kept; foreign keys and invalid values ignored",
 			seed: []Taint{
-				{Key: TaintMemoryPressure, Value: "full-12.0", Since: since},
-				{Key: TaintSwapFull, Value: "used-91", Since: since},
+				{Key: v1alpha1.TaintMemoryPressure, Value: "full-12.0", Since: since},
+				{Key: v1alpha1.TaintSwapFull, Value: "used-91", Since: since},
 				{Key: "dra.swap/overcommitted", Value: "held-2Mi-offered-1Mi", Since: since},
-				{Key: TaintSwapFull, Value: "-bad-", Since: since},
+				{Key: v1alpha1.TaintSwapFull, Value: "-bad-", Since: since},
 			},
 			obs:        []observation{{0, nodeAndKubepods(20, 7, 0, 0)}},
-			wantSeeded: []string{TaintMemoryPressure, TaintSwapFull},
-			wantActive: []string{TaintMemoryPressure + "=full-12.0", TaintSwapFull + "=used-91"},
+			wantSeeded: []string{v1alpha1.TaintMemoryPressure, v1alpha1.TaintSwapFull},
+			wantActive: []string{v1alpha1.TaintMemoryPressure + "=full-12.0", v1alpha1.TaintSwapFull + "=used-91"},
 		},
 	}
 	for _, tc := range tests {

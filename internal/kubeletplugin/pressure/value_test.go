@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/validate/content"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 )
 
 // TestValidTaintValue checks the helper against the API server's own
@@ -93,7 +95,7 @@ func TestTaintValues(t *testing.T) {
 }
 
 func TestTaintKeys(t *testing.T) {
-	for _, key := range []string{TaintMemoryPressure, TaintSwapFull} {
+	for _, key := range []string{v1alpha1.TaintMemoryPressure, v1alpha1.TaintSwapFull} {
 		if errs := content.IsLabelKey(key); len(errs) > 0 {
 			t.Errorf("taint key %q is invalid: %v", key, errs)
 		}

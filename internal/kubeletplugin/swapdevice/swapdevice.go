@@ -13,44 +13,13 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 )
 
-const (
-	// DeviceName is the name of the one device in each node's pool.
-	DeviceName = "swap"
-	// CapacitySwap is the consumable capacity that claims request.
-	CapacitySwap resourceapi.QualifiedName = "swap"
-	// Step is the allocation granularity: requests are rounded up to a
-	// multiple of it and every published quantity is a multiple of it.
-	Step int64 = 1 << 20
-	// DefaultRequestBytes is the swap a claim gets when its request names
-	// no capacity.
-	DefaultRequestBytes int64 = 1 << 30
-)
-
-// Attribute names, in the driver's domain unless fully qualified.
-const (
-	AttrSwapBehavior  resourceapi.QualifiedName = "swapBehavior"
-	AttrTotalBytes    resourceapi.QualifiedName = "totalBytes"
-	AttrDevices       resourceapi.QualifiedName = "devices"
-	AttrMedium        resourceapi.QualifiedName = "medium"
-	AttrZswap         resourceapi.QualifiedName = "zswap"
-	AttrCgroupVersion resourceapi.QualifiedName = "cgroupVersion"
-	AttrKernelVersion resourceapi.QualifiedName = "kernelVersion"
-	AttrTmpfsNoswap   resourceapi.QualifiedName = "tmpfsNoswap"
-	// AttrSwapLimitExact is true where a container's swap limit bounds
-	// its swap alone (cgroup v2 memory.swap.max), false where it bounds
-	// memory and swap together (v1 memory.memsw.limit_in_bytes = memory
-	// limit + claim: global reclaim may swap out up to the memory limit on
-	// top of the claim).
-	AttrSwapLimitExact resourceapi.QualifiedName = "swapLimitExact"
-	// AttrUsable is false on a node that offers no swap.
-	AttrUsable resourceapi.QualifiedName = "usable"
-)
-
-// TaintNoUsableSwap taints the device of a node that offers no swap.
-const TaintNoUsableSwap = "dra.swap/no-usable-swap"
+// DefaultRequestBytes is the swap a claim gets when its request names no
+// capacity.
+const DefaultRequestBytes int64 = 1 << 30
 
 // TopologyLabels are the Node labels copied onto the device as fully
 // qualified attributes, so DeviceClass and claim selectors can use them.
@@ -97,10 +66,10 @@ func (p Policy) Offer(totalBytes int64) int64 {
 		scaled = math.MaxInt64 / 2
 	}
 	offer := int64(scaled) - p.ReservedBytes
-	if offer < Step {
+	if offer < v1alpha1.CapacityStep {
 		return 0
 	}
-	return offer / Step * Step
+	return offer / v1alpha1.CapacityStep * v1alpha1.CapacityStep
 }
 
 // Device returns the node's swap device. A node that offers swap gets a
@@ -118,11 +87,11 @@ func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*res
 		reason = why
 	} else if offer = p.Offer(facts.TotalBytes); offer == 0 {
 		reason = fmt.Sprintf("nothing left to offer: %d bytes of swap × overcommit ratio %v minus %d reserved bytes is less than %d bytes",
-			facts.TotalBytes, p.OvercommitRatio, p.ReservedBytes, Step)
+			facts.TotalBytes, p.OvercommitRatio, p.ReservedBytes, v1alpha1.CapacityStep)
 	}
-	attrs[AttrUsable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(reason == "")}
+	attrs[v1alpha1.AttrUsable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(reason == "")}
 	device := &resourceapi.Device{
-		Name:                     DeviceName,
+		Name:                     v1alpha1.DeviceName,
 		AllowMultipleAllocations: ptr.To(true),
 		Attributes:               attrs,
 	}
@@ -131,10 +100,10 @@ func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*res
 		// capacity. The taint keeps claims away; prepare refuses a claim
 		// that tolerates it, because it would consume 0 bytes.
 		device.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			CapacitySwap: {Value: *resource.NewQuantity(0, resource.BinarySI)},
+			v1alpha1.CapacitySwap: {Value: *resource.NewQuantity(0, resource.BinarySI)},
 		}
 		device.Taints = []resourceapi.DeviceTaint{{
-			Key:    TaintNoUsableSwap,
+			Key:    v1alpha1.TaintNoUsableSwap,
 			Effect: resourceapi.DeviceTaintEffectNoSchedule,
 		}}
 		return device, reason
@@ -143,16 +112,16 @@ func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*res
 	if def == 0 {
 		def = DefaultRequestBytes
 	}
-	def = min(max(def/Step*Step, Step), offer)
+	def = min(max(def/v1alpha1.CapacityStep*v1alpha1.CapacityStep, v1alpha1.CapacityStep), offer)
 	device.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-		CapacitySwap: {
+		v1alpha1.CapacitySwap: {
 			Value: *resource.NewQuantity(offer, resource.BinarySI),
 			RequestPolicy: &resourceapi.CapacityRequestPolicy{
 				Default: resource.NewQuantity(def, resource.BinarySI),
 				ValidRange: &resourceapi.CapacityRequestPolicyRange{
-					Min:  resource.NewQuantity(Step, resource.BinarySI),
+					Min:  resource.NewQuantity(v1alpha1.CapacityStep, resource.BinarySI),
 					Max:  resource.NewQuantity(offer, resource.BinarySI),
-					Step: resource.NewQuantity(Step, resource.BinarySI),
+					Step: resource.NewQuantity(v1alpha1.CapacityStep, resource.BinarySI),
 				},
 			},
 		},
@@ -163,18 +132,18 @@ func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*res
 // attributes are the device attributes every node publishes, usable or not.
 func attributes(facts discovery.Facts, nodeLabels map[string]string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		AttrSwapBehavior:  {StringValue: ptr.To(facts.SwapBehavior)},
-		AttrTotalBytes:    {IntValue: ptr.To(facts.TotalBytes)},
-		AttrDevices:       {IntValue: ptr.To(int64(len(facts.Devices)))},
-		AttrMedium:        {StringValue: ptr.To(string(facts.Medium))},
-		AttrZswap:         {BoolValue: ptr.To(facts.Zswap)},
-		AttrCgroupVersion: {IntValue: ptr.To(int64(facts.CgroupVersion))},
-		AttrTmpfsNoswap:   {BoolValue: ptr.To(facts.TmpfsNoswap)},
+		v1alpha1.AttrSwapBehavior:  {StringValue: ptr.To(facts.SwapBehavior)},
+		v1alpha1.AttrTotalBytes:    {IntValue: ptr.To(facts.TotalBytes)},
+		v1alpha1.AttrDevices:       {IntValue: ptr.To(int64(len(facts.Devices)))},
+		v1alpha1.AttrMedium:        {StringValue: ptr.To(string(facts.Medium))},
+		v1alpha1.AttrZswap:         {BoolValue: ptr.To(facts.Zswap)},
+		v1alpha1.AttrCgroupVersion: {IntValue: ptr.To(int64(facts.CgroupVersion))},
+		v1alpha1.AttrTmpfsNoswap:   {BoolValue: ptr.To(facts.TmpfsNoswap)},
 		// Only cgroup v2 has a limit on swap alone.
-		AttrSwapLimitExact: {BoolValue: ptr.To(facts.CgroupVersion == 2)},
+		v1alpha1.AttrSwapLimitExact: {BoolValue: ptr.To(facts.CgroupVersion == 2)},
 	}
 	if facts.KernelVersion != "" {
-		attrs[AttrKernelVersion] = resourceapi.DeviceAttribute{VersionValue: ptr.To(facts.KernelVersion)}
+		attrs[v1alpha1.AttrKernelVersion] = resourceapi.DeviceAttribute{VersionValue: ptr.To(facts.KernelVersion)}
 	}
 	for _, label := range TopologyLabels {
 		if v, ok := nodeLabels[label]; ok && v != "" {

@@ -6,6 +6,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 )
 
@@ -37,8 +38,8 @@ func TestPolicyOffer(t *testing.T) {
 			if got != tc.want {
 				t.Fatalf("Offer(%d) = %d, want %d", tc.total, got, tc.want)
 			}
-			if got%Step != 0 || got < 0 {
-				t.Fatalf("Offer(%d) = %d is not a non-negative multiple of %d", tc.total, got, Step)
+			if got%v1alpha1.CapacityStep != 0 || got < 0 {
+				t.Fatalf("Offer(%d) = %d is not a non-negative multiple of %d", tc.total, got, v1alpha1.CapacityStep)
 			}
 		})
 	}
@@ -73,7 +74,7 @@ func usableFacts() discovery.Facts {
 		CgroupVersion: 2,
 		SwapControl:   true,
 		KernelVersion: "6.1.0",
-		SwapBehavior:  discovery.SwapBehaviorNoSwap,
+		SwapBehavior:  v1alpha1.SwapBehaviorNoSwap,
 		BootID:        "b",
 	}
 }
@@ -180,24 +181,24 @@ func TestUnusableDevice(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := usableFacts()
-			f.SwapBehavior = discovery.SwapBehaviorLimitedSwap
+			f.SwapBehavior = v1alpha1.SwapBehaviorLimitedSwap
 			tc.mutate(&f)
 			dev, reason := Device(f, map[string]string{"topology.kubernetes.io/zone": "z1"}, tc.policy)
 			if dev == nil || !strings.Contains(reason, tc.wantReason) {
 				t.Fatalf("Device = %v, %q; want an unusable device because of %q", dev, reason, tc.wantReason)
 			}
-			c := dev.Capacity[CapacitySwap]
+			c := dev.Capacity[v1alpha1.CapacitySwap]
 			if !c.Value.IsZero() || c.RequestPolicy != nil {
 				t.Errorf("capacity = %+v, want 0 without a request policy", c)
 			}
-			if len(dev.Taints) != 1 || dev.Taints[0].Key != TaintNoUsableSwap || dev.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
-				t.Errorf("taints = %+v, want %s:NoSchedule", dev.Taints, TaintNoUsableSwap)
+			if len(dev.Taints) != 1 || dev.Taints[0].Key != v1alpha1.TaintNoUsableSwap || dev.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+				t.Errorf("taints = %+v, want %s:NoSchedule", dev.Taints, v1alpha1.TaintNoUsableSwap)
 			}
-			if u := dev.Attributes[AttrUsable].BoolValue; u == nil || *u {
+			if u := dev.Attributes[v1alpha1.AttrUsable].BoolValue; u == nil || *u {
 				t.Errorf("usable = %v, want false", u)
 			}
 			// What the controller and selectors read stays published.
-			if b := dev.Attributes[AttrSwapBehavior].StringValue; b == nil || *b != discovery.SwapBehaviorLimitedSwap {
+			if b := dev.Attributes[v1alpha1.AttrSwapBehavior].StringValue; b == nil || *b != v1alpha1.SwapBehaviorLimitedSwap {
 				t.Errorf("swapBehavior = %v, want LimitedSwap", b)
 			}
 			if z := dev.Attributes["topology.kubernetes.io/zone"].StringValue; z == nil || *z != "z1" {
@@ -206,8 +207,8 @@ func TestUnusableDevice(t *testing.T) {
 		})
 	}
 	dev, reason := Device(usableFacts(), nil, Policy{OvercommitRatio: 1})
-	if reason != "" || len(dev.Taints) != 0 || dev.Attributes[AttrUsable].BoolValue == nil || !*dev.Attributes[AttrUsable].BoolValue {
-		t.Errorf("usable node: reason %q, taints %v, usable %v", reason, dev.Taints, dev.Attributes[AttrUsable].BoolValue)
+	if reason != "" || len(dev.Taints) != 0 || dev.Attributes[v1alpha1.AttrUsable].BoolValue == nil || !*dev.Attributes[v1alpha1.AttrUsable].BoolValue {
+		t.Errorf("usable node: reason %q, taints %v, usable %v", reason, dev.Taints, dev.Attributes[v1alpha1.AttrUsable].BoolValue)
 	}
 }
 
@@ -245,9 +246,9 @@ func TestSwapLimitExactAttribute(t *testing.T) {
 			facts := usableFacts()
 			facts.CgroupVersion, facts.TotalBytes = tc.cgroupVersion, tc.totalBytes
 			dev, _ := Device(facts, nil, Policy{OvercommitRatio: 1})
-			a, ok := dev.Attributes[AttrSwapLimitExact]
+			a, ok := dev.Attributes[v1alpha1.AttrSwapLimitExact]
 			if !ok || a.BoolValue == nil || *a.BoolValue != tc.want {
-				t.Errorf("attribute %s = %+v (present %v), want %v", AttrSwapLimitExact, a, ok, tc.want)
+				t.Errorf("attribute %s = %+v (present %v), want %v", v1alpha1.AttrSwapLimitExact, a, ok, tc.want)
 			}
 		})
 	}

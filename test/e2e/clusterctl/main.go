@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 
@@ -100,7 +100,7 @@ func run(ctx context.Context, cmd string, args []string) error {
 		}
 		return poll(ctx, 2*time.Minute, "the controller: swap-behavior node label and webhook CA injected", func(ctx context.Context) (bool, error) {
 			node, err := c.Client.CoreV1().Nodes().Get(ctx, c.Node, metav1.GetOptions{})
-			if err != nil || node.Labels[podlabels.SwapBehavior] == "" {
+			if err != nil || node.Labels[v1alpha1.LabelSwapBehavior] == "" {
 				return false, nil
 			}
 			list, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
