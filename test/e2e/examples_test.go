@@ -1,0 +1,279 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+)
+
+// exampleContainer is what one container of an example pod must get.
+type exampleContainer struct {
+	swap int64 // the swap limit in bytes; 0: no swap at all (assertNoSwap)
+	// files are cgroup files the container must see with these values.
+	files map[string]string
+	// downward maps an environment variable to the node label whose value
+	// it must hold (read through the pod's labels and the Downward API).
+	downward map[string]string
+}
+
+// example is what applying one file of examples/ must give.
+type example struct {
+	cgroup int // the cgroup version the example needs; 0: any
+	// pods maps each pod of the file to its containers' expectations.
+	pods map[string]map[string]exampleContainer
+}
+
+// examples holds an expectation for every file in examples/: the docs
+// reference these files, and this is what they say each pod gets.
+var examples = map[string]example{
+	"swap-claim.yaml": {pods: map[string]map[string]exampleContainer{
+		"batch": {"worker": {swap: 256 * mi}, "sidecar": {}},
+	}},
+	"swap-config.yaml": {cgroup: 2, pods: map[string]map[string]exampleContainer{
+		"throttled": {"worker": {swap: 200 * mi, files: map[string]string{"memory.swap.high": "167772160", "memory.zswap.max": "0"}}},
+	}},
+	"swap-config-cgroup-v1.yaml": {cgroup: 1, pods: map[string]map[string]exampleContainer{
+		"low-swappiness": {"worker": {swap: 200 * mi, files: map[string]string{"memory.swappiness": "10"}}},
+	}},
+	"cel-selector.yaml": {pods: map[string]map[string]exampleContainer{
+		"picky": {"worker": {swap: 128 * mi}},
+	}},
+	"tolerate-pressure.yaml": {pods: map[string]map[string]exampleContainer{
+		"pressure-tolerant": {"worker": {swap: 128 * mi}},
+	}},
+	"downward-labels.yaml": {pods: map[string]map[string]exampleContainer{
+		"node-aware": {"worker": {swap: 128 * mi, downward: map[string]string{
+			"DOWNWARD_SWAP_BEHAVIOR": "node.kubernetes.io/swap-behavior",
+			"DOWNWARD_HOSTNAME":      corev1.LabelHostname,
+			"DOWNWARD_ZONE":          corev1.LabelTopologyZone,
+		}}},
+	}},
+}
+
+// maxExampleDocuments bounds the YAML documents read from one file.
+const maxExampleDocuments = 32
+
+// TestExamples applies every manifest in examples/ as it is, each file in a
+// namespace of its own, and checks that each pod runs and that each
+// container gets what the example says: its swap limit (cgroup and
+// DRA_SWAP_LIMIT_BYTES) or none, the SwapConfig's cgroup files, the labels
+// it reads through the Downward API. An example for the other cgroup
+// version is created with a server-side dry run only (schema, CEL and the
+// controller's SwapConfig validation), since its claim cannot be prepared
+// on this node. A file without an expectation here fails the test.
+func TestExamples(t *testing.T) {
+	hostLegOnly(t, "the examples are checked where the repository is (the guest's share holds no examples/)")
+	c := loadCluster(t)
+	dir := filepath.Join(c.repoRoot, "examples")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("examples: %v", err)
+	}
+	var files []string
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".yaml" {
+			t.Errorf("examples/%s: every file in examples/ is a manifest that this test applies (*.yaml)", e.Name())
+			continue
+		}
+		if _, ok := examples[e.Name()]; !ok {
+			t.Errorf("examples/%s has no expectation in TestExamples' examples", e.Name())
+			continue
+		}
+		files = append(files, e.Name())
+	}
+	for name := range examples {
+		if !slices.Contains(files, name) {
+			t.Errorf("examples/%s is expected but not there", name)
+		}
+	}
+	slices.Sort(files)
+
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(file, ".yaml"), func(t *testing.T) {
+			want := examples[file]
+			dryRun := want.cgroup != 0 && want.cgroup != c.cgroupVersion(t)
+			ns := c.namespace(t)
+			objs := readExample(t, filepath.Join(dir, file))
+			for _, obj := range objs {
+				c.applyExample(t, dyn, mapper, ns, obj, dryRun)
+			}
+			if dryRun {
+				t.Logf("examples/%s needs cgroup v%d, this node has v%d: validated by a server-side dry run only", file, want.cgroup, c.cgroupVersion(t))
+				return
+			}
+			var pods []string
+			for _, obj := range objs {
+				if obj.GetKind() == "Pod" {
+					pods = append(pods, obj.GetName())
+				}
+			}
+			slices.Sort(pods)
+			if got := slices.Sorted(maps.Keys(want.pods)); !slices.Equal(pods, got) {
+				t.Fatalf("examples/%s has pods %v, the test expects %v", file, pods, got)
+			}
+			for _, name := range pods {
+				c.checkExamplePod(t, ns, name, want.pods[name])
+			}
+		})
+	}
+}
+
+// readExample decodes every YAML document of a file.
+func readExample(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for range maxExampleDocuments + 1 {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				if len(objs) == 0 {
+					t.Fatalf("%s holds no object", path)
+				}
+				return objs
+			}
+			t.Fatalf("%s: document %d: %v", path, len(objs)+1, err)
+		}
+		if len(obj.Object) == 0 {
+			continue // an empty document
+		}
+		objs = append(objs, obj)
+	}
+	t.Fatalf("%s: more than %d documents", path, maxExampleDocuments)
+	return nil
+}
+
+// applyExample creates one object of an example: namespaced objects in ns,
+// cluster-scoped ones (a DeviceClass) deleted when the test ends.
+func (c *env) applyExample(t *testing.T, dyn dynamic.Interface, mapper meta.RESTMapper, ns string, obj *unstructured.Unstructured, dryRun bool) {
+	t.Helper()
+	ctx := context.Background()
+	gvk := obj.GroupVersionKind()
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		t.Fatalf("%s %s: %v", gvk, obj.GetName(), err)
+	}
+	if gvk.Kind == "Pod" {
+		obj = c.examplePodForCluster(t, obj)
+	}
+	opts := metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	var client dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		obj.SetNamespace(ns)
+		client = dyn.Resource(mapping.Resource).Namespace(ns)
+	}
+	if _, err := client.Create(ctx, obj, opts); err != nil {
+		t.Fatalf("create %s %s: %v", gvk.Kind, obj.GetName(), err)
+	}
+	if mapping.Scope.Name() != meta.RESTScopeNameNamespace && !dryRun {
+		t.Cleanup(func() {
+			if err := client.Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete %s %s: %v", gvk.Kind, obj.GetName(), err)
+			}
+		})
+	}
+}
+
+// examplePodForCluster rewrites what this cluster needs and nothing else:
+// every container's image becomes the suite's workload image (the
+// examples name a public image; this cluster pulls only from its loopback
+// registry, and the workload image reports the container's cgroup limits,
+// environment and Downward API variables), and a pod without a
+// nodeSelector is pinned to this suite's node, as WorkloadPod pins the
+// suite's pods.
+func (c *env) examplePodForCluster(t *testing.T, obj *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	var pod corev1.Pod
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, &pod, true); err != nil {
+		t.Fatalf("pod %s: %v", obj.GetName(), err)
+	}
+	for i := range pod.Spec.InitContainers {
+		pod.Spec.InitContainers[i].Image = c.WorkloadImage()
+	}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].Image = c.WorkloadImage()
+	}
+	if pod.Spec.NodeSelector == nil {
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: c.node}
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: u}
+}
+
+// checkExamplePod waits until the pod runs (or ran: the workload image
+// exits after its report) and checks each container's report.
+func (c *env) checkExamplePod(t *testing.T, ns, name string, want map[string]exampleContainer) {
+	t.Helper()
+	p := c.waitPod(t, ns, name, "running", podTimeout, func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded
+	})
+	var containers []string
+	for _, k := range p.Spec.Containers {
+		containers = append(containers, k.Name)
+	}
+	if got := slices.Sorted(maps.Keys(want)); !slices.Equal(slices.Sorted(slices.Values(containers)), got) {
+		t.Fatalf("pod %s has containers %v, the test expects %v", name, containers, got)
+	}
+	var node *corev1.Node
+	for _, k := range containers {
+		w := want[k]
+		r := c.report(t, p, k, "START")
+		if w.swap == 0 {
+			assertNoSwap(t, r)
+		} else {
+			assertSwapLimit(t, r, w.swap)
+			c.waitEvent(t, p, corev1.EventTypeNormal, "SwapApplied", fmt.Sprintf("applied to container %q", k))
+		}
+		for f, v := range w.files {
+			if r.Files[f] != v {
+				t.Errorf("pod %s container %s: %s %q, want %q", name, k, f, r.Files[f], v)
+			}
+		}
+		if len(w.downward) > 0 && node == nil {
+			var err error
+			if node, err = c.client.CoreV1().Nodes().Get(context.Background(), p.Spec.NodeName, metav1.GetOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for env, label := range w.downward {
+			if r.Downward[env] == "" || r.Downward[env] != node.Labels[label] {
+				t.Errorf("pod %s container %s: %s=%q, want node %s's label %s %q", name, k, env, r.Downward[env], node.Name, label, node.Labels[label])
+			}
+		}
+		t.Logf("pod %s container %s: swap limit %d (cgroup v%d), DRA_SWAP_LIMIT_BYTES=%q, downward %v", name, k, r.SwapLimitBytes, r.CgroupVersion, r.EnvSwapLimit, r.Downward)
+	}
+}
