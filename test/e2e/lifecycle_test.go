@@ -606,7 +606,7 @@ func configClaim(ns, name, config string) *resourceapi.ResourceClaim {
 
 // hostLegOnly skips a control-plane test on the emulated node: it runs on
 // the host leg (make e2e), and on the emulated node it would only add
-// minutes to make test (README's leg table lists these tests).
+// minutes to make test (docs/development.md's leg table lists these tests).
 func hostLegOnly(t *testing.T, why string) {
 	t.Helper()
 	if cluster.Emulated() {
