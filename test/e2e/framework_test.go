@@ -149,26 +149,18 @@ func containerState(s corev1.ContainerStatus) string {
 	return "unknown"
 }
 
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// tail returns the last n lines of path.
+func tail(path string, n int) string { return grepTail(path, "", n) }
 
-// grepTail returns the last n lines of path that contain s.
+// grepTail returns the last n lines of path that contain s (all lines
+// when s is empty).
 func grepTail(path, s string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}
 	var lines []string
-	for _, l := range strings.Split(string(data), "\n") {
+	for _, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
 		if strings.Contains(l, s) {
 			lines = append(lines, l)
 		}
