@@ -60,8 +60,10 @@ share=$PWD/_output/guest-share
 rm -rf "$share"
 mkdir -p "$share/repo/hack" "$share/repo/_output" "$share/repo/test/e2e" "$share/repo/deployments"
 cp -a hack/cluster "$share/repo/hack/"
-# The chart that the guest suite's driver tests reinstall and upgrade.
+# The chart that the guest suite's driver tests reinstall and upgrade, and
+# the examples that TestExamples applies as they are.
 cp -a deployments/helm "$share/repo/deployments/"
+cp -a examples "$share/repo/"
 # Hard links where possible: the binaries, images and the suite are large.
 link_or_copy() { cp -al "$1" "$2" 2>/dev/null || cp -a "$1" "$2"; }
 link_or_copy _output/bin "$share/repo/_output/bin"
