@@ -1,8 +1,6 @@
 package pressure
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -26,48 +24,20 @@ const (
 // an unsigned integer followed by "kB", a value that overflows int64
 // bytes, or SwapFree above SwapTotal is an error that names the line.
 func ParseMeminfo(r io.Reader) (total, used int64, err error) {
-	var (
-		free                int64
-		seenTotal, seenFree bool
-	)
-	scanner := bufio.NewScanner(r)
-	for lineNo := 1; scanner.Scan(); lineNo++ {
-		line := scanner.Text()
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
-			continue
+	var free int64
+	err = parseKeyedLines(r, "meminfo", []string{meminfoSwapTotal, meminfoSwapFree}, func(key string, fields []string) error {
+		v, err := parseMeminfoKiB(fields)
+		if key == meminfoSwapTotal {
+			total = v
+		} else {
+			free = v
 		}
-		var (
-			dst  *int64
-			seen *bool
-		)
-		switch fields[0] {
-		case meminfoSwapTotal:
-			dst, seen = &total, &seenTotal
-		case meminfoSwapFree:
-			dst, seen = &free, &seenFree
-		default:
-			continue
-		}
-		if *seen {
-			return 0, 0, fmt.Errorf("line %d %q: repeated %s line", lineNo, line, fields[0])
-		}
-		*seen = true
-		v, err := parseMeminfoKiB(fields[1:])
-		if err != nil {
-			return 0, 0, fmt.Errorf("line %d %q: %w", lineNo, line, err)
-		}
-		*dst = v
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
 	}
-	if err := scanner.Err(); err != nil {
-		return 0, 0, fmt.Errorf("read meminfo: %w", err)
-	}
-	switch {
-	case !seenTotal:
-		return 0, 0, errors.New("missing SwapTotal line")
-	case !seenFree:
-		return 0, 0, errors.New("missing SwapFree line")
-	case free > total:
+	if free > total {
 		return 0, 0, fmt.Errorf("SwapFree (%d bytes) exceeds SwapTotal (%d bytes)", free, total)
 	}
 	return total, total - free, nil

@@ -36,9 +36,9 @@ func TestParseMeminfo(t *testing.T) {
 			in:        "SwapTotal: 9007199254740991 kB\nSwapFree: 0 kB\n",
 			wantTotal: 9007199254740991 * 1024, wantUsed: 9007199254740991 * 1024,
 		},
-		{name: "empty", in: "", wantErr: "missing SwapTotal line"},
-		{name: "missing SwapFree", in: "SwapTotal: 4 kB\n", wantErr: "missing SwapFree line"},
-		{name: "SwapCached is not SwapTotal", in: "SwapCached: 4 kB\nSwapFree: 4 kB\n", wantErr: "missing SwapTotal line"},
+		{name: "empty", in: "", wantErr: `missing "SwapTotal:" line`},
+		{name: "missing SwapFree", in: "SwapTotal: 4 kB\n", wantErr: `missing "SwapFree:" line`},
+		{name: "SwapCached is not SwapTotal", in: "SwapCached: 4 kB\nSwapFree: 4 kB\n", wantErr: `missing "SwapTotal:" line`},
 		{name: "no unit", in: "SwapTotal: 4\nSwapFree: 4 kB\n", wantErr: `line 1 "SwapTotal: 4": want "<number> kB"`},
 		{name: "wrong unit", in: "SwapTotal: 4 MB\nSwapFree: 4 kB\n", wantErr: "line 1 "},
 		{name: "extra field", in: "SwapTotal: 4 kB\nSwapFree: 4 kB x\n", wantErr: "line 2 "},
@@ -46,7 +46,7 @@ func TestParseMeminfo(t *testing.T) {
 		{name: "negative", in: "SwapTotal: 4 kB\nSwapFree: -4 kB\n", wantErr: "line 2 "},
 		{name: "overflow", in: "SwapTotal: 9007199254740992 kB\nSwapFree: 0 kB\n", wantErr: "overflows int64"},
 		{name: "free above total", in: "SwapTotal: 4 kB\nSwapFree: 8 kB\n", wantErr: "SwapFree (8192 bytes) exceeds SwapTotal (4096 bytes)"},
-		{name: "repeated", in: "SwapTotal: 4 kB\nSwapTotal: 4 kB\nSwapFree: 4 kB\n", wantErr: "line 2 \"SwapTotal: 4 kB\": repeated SwapTotal: line"},
+		{name: "repeated", in: "SwapTotal: 4 kB\nSwapTotal: 4 kB\nSwapFree: 4 kB\n", wantErr: "line 2 \"SwapTotal: 4 kB\": repeated \"SwapTotal:\" line"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,8 +1,6 @@
 package pressure
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -55,47 +53,18 @@ const (
 // repeated key or line, or a missing one is an error that quotes the
 // line.
 func ParsePSI(r io.Reader) (PSI, error) {
-	var (
-		psi                PSI
-		seenSome, seenFull bool
-	)
-	scanner := bufio.NewScanner(r)
-	for lineNo := 1; scanner.Scan(); lineNo++ {
-		line := scanner.Text()
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
-			continue
+	var psi PSI
+	err := parseKeyedLines(r, "pressure stall information", []string{"some", "full"}, func(key string, fields []string) error {
+		line, err := parsePSILine(fields)
+		if key == "some" {
+			psi.Some = line
+		} else {
+			psi.Full = line
 		}
-		var (
-			dst  *PSILine
-			seen *bool
-		)
-		switch fields[0] {
-		case "some":
-			dst, seen = &psi.Some, &seenSome
-		case "full":
-			dst, seen = &psi.Full, &seenFull
-		default:
-			continue
-		}
-		if *seen {
-			return PSI{}, fmt.Errorf("line %d %q: repeated %q line", lineNo, line, fields[0])
-		}
-		*seen = true
-		parsed, err := parsePSILine(fields[1:])
-		if err != nil {
-			return PSI{}, fmt.Errorf("line %d %q: %w", lineNo, line, err)
-		}
-		*dst = parsed
-	}
-	if err := scanner.Err(); err != nil {
-		return PSI{}, fmt.Errorf("read pressure stall information: %w", err)
-	}
-	switch {
-	case !seenSome:
-		return PSI{}, errors.New(`missing "some" line`)
-	case !seenFull:
-		return PSI{}, errors.New(`missing "full" line`)
+		return err
+	})
+	if err != nil {
+		return PSI{}, err
 	}
 	return psi, nil
 }

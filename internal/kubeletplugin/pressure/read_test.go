@@ -137,7 +137,7 @@ func TestSourceRead(t *testing.T) {
 		{
 			name:    "malformed meminfo",
 			files:   with(meminfoPath, "SwapTotal: 4 kB\n"),
-			wantErr: "/proc/meminfo: missing SwapFree line",
+			wantErr: `/proc/meminfo: missing "SwapFree:" line`,
 		},
 		{
 			name:     "kubepods path leaves the cgroup mount",
