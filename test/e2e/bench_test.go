@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -127,23 +125,9 @@ func scrapeMetrics(ctx context.Context, p *corev1.Pod) (string, error) {
 	if port == 0 || p.Status.PodIP == "" {
 		return "", fmt.Errorf("no metrics port or no pod IP yet")
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port)))+"/metrics", nil)
+	body, _, err := httpGet(ctx, "http://"+net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port)))+"/metrics", "", maxScrape)
 	if err != nil {
 		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", resp.Status, body)
 	}
 	return string(body), nil
 }

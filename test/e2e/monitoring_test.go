@@ -69,7 +69,7 @@ func TestScrapeForRules(t *testing.T) {
 	for _, tg := range targets {
 		var err error
 		if tg.component == "kubelet-plugin" {
-			tg.page, err = scrapeURL(ctx, "http://"+tg.labels["instance"]+"/metrics")
+			tg.page, _, err = httpGet(ctx, "http://"+tg.labels["instance"]+"/metrics", "", maxScrape)
 		} else {
 			// By number: the API server's pod proxy panics on a named
 			// port (pods/<pod>:metrics) in this cluster's kube-apiserver.
@@ -173,29 +173,35 @@ func metricsPort(p *corev1.Pod) (string, int32) {
 	return "", 0
 }
 
-func scrapeURL(ctx context.Context, url string) ([]byte, error) {
+// httpGet reads url with a GET (an Accept header if accept is set) and
+// returns the body, at most max bytes, and the response's header; a status
+// other than 200 is an error.
+func httpGet(ctx context.Context, url, accept string, max int) ([]byte, http.Header, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", url, err)
+		return nil, nil, fmt.Errorf("get %s: %w", url, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("get %s: %s", url, resp.Status)
-	}
-	page, err := io.ReadAll(io.LimitReader(resp.Body, maxScrape+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(max)+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", url, err)
+		return nil, nil, fmt.Errorf("read %s: %w", url, err)
 	}
-	if len(page) > maxScrape {
-		return nil, fmt.Errorf("%s: more than %d bytes", url, maxScrape)
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("get %s: %s: %.200s", url, resp.Status, body)
 	}
-	return page, nil
+	if len(body) > max {
+		return nil, nil, fmt.Errorf("%s: more than %d bytes", url, max)
+	}
+	return body, resp.Header, nil
 }
 
 // families are the scraped series in the Prometheus text format, by

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -216,26 +214,14 @@ func TestTwoNodesInstalledFromRelease(t *testing.T) {
 // returns the registry's content digest of it.
 func getJSON(t *testing.T, url, accept string, v any) string {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	body, header, err := httpGet(context.Background(), url, accept, 1<<20)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %v: %.200s", url, resp.Status, err, body)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
-	return resp.Header.Get("Docker-Content-Digest")
+	return header.Get("Docker-Content-Digest")
 }
 
 // TestTwoNodesPlacementByCapacity: a claim that fits only the larger node
