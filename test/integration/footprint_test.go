@@ -98,7 +98,7 @@ func (f *footprint) do(what string, wantCalls int64, call func() error) {
 // are still allocated, deallocated and deleted, and their namespace
 // deleted. The one call a swap claim makes, at its reservation, is
 // bounded by the webhook's timeout and ignored on failure. Latencies are
-// logged (the README quotes them); the test checks the calls, not time.
+// logged (docs/security.md quotes them); the test checks the calls, not time.
 func TestHungControllerCostsOthersNothing(t *testing.T) {
 	s := framework.StartAPIServer(t)
 	ctx := context.Background()
