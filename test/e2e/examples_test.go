@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -15,14 +12,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
+
+	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
 )
 
 // exampleContainer is what one container of an example pod must get.
@@ -69,9 +63,6 @@ var examples = map[string]example{
 	}},
 }
 
-// maxExampleDocuments bounds the YAML documents read from one file.
-const maxExampleDocuments = 32
-
 // TestExamples applies every manifest in examples/ as it is, each file in a
 // namespace of its own, and checks that each pod runs and that each
 // container gets what the example says: its swap limit (cgroup and
@@ -106,11 +97,10 @@ func TestExamples(t *testing.T) {
 	}
 	slices.Sort(files)
 
-	dyn, err := dynamic.NewForConfig(c.Config)
+	resources, err := manifest.NewResources(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(file, ".yaml"), func(t *testing.T) {
 			want := examples[file]
@@ -118,7 +108,7 @@ func TestExamples(t *testing.T) {
 			ns := c.namespace(t)
 			objs := readExample(t, filepath.Join(dir, file))
 			for _, obj := range objs {
-				c.applyExample(t, dyn, mapper, ns, obj, dryRun)
+				c.applyExample(t, resources, ns, obj, dryRun)
 			}
 			if dryRun {
 				t.Logf("examples/%s needs cgroup v%d, this node has v%d: validated by a server-side dry run only", file, want.cgroup, c.cgroupVersion(t))
@@ -148,57 +138,43 @@ func readExample(t *testing.T, path string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for range maxExampleDocuments + 1 {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				if len(objs) == 0 {
-					t.Fatalf("%s holds no object", path)
-				}
-				return objs
-			}
-			t.Fatalf("%s: document %d: %v", path, len(objs)+1, err)
-		}
-		if len(obj.Object) == 0 {
-			continue // an empty document
-		}
-		objs = append(objs, obj)
+	objs, err := manifest.Decode(string(data))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	t.Fatalf("%s: more than %d documents", path, maxExampleDocuments)
-	return nil
+	if len(objs) == 0 {
+		t.Fatalf("%s holds no object", path)
+	}
+	return objs
 }
 
 // applyExample creates one object of an example: namespaced objects in ns,
 // cluster-scoped ones (a DeviceClass) deleted when the test ends.
-func (c *env) applyExample(t *testing.T, dyn dynamic.Interface, mapper meta.RESTMapper, ns string, obj *unstructured.Unstructured, dryRun bool) {
+func (c *env) applyExample(t *testing.T, resources *manifest.Resources, ns string, obj *unstructured.Unstructured, dryRun bool) {
 	t.Helper()
-	ctx := context.Background()
-	gvk := obj.GroupVersionKind()
-	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		t.Fatalf("%s %s: %v", gvk, obj.GetName(), err)
-	}
-	if gvk.Kind == "Pod" {
+	kind := obj.GetKind()
+	if kind == "Pod" {
 		obj = c.examplePodForCluster(t, obj)
+	}
+	obj.SetNamespace("") // every namespaced object goes to the test's namespace
+	res, err := resources.For(obj, ns)
+	if err != nil {
+		t.Fatal(err)
 	}
 	opts := metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	var client dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+	if res.Namespaced {
 		obj.SetNamespace(ns)
-		client = dyn.Resource(mapping.Resource).Namespace(ns)
 	}
-	if _, err := client.Create(ctx, obj, opts); err != nil {
-		t.Fatalf("create %s %s: %v", gvk.Kind, obj.GetName(), err)
+	if _, err := res.Client.Create(context.Background(), obj, opts); err != nil {
+		t.Fatalf("create %s %s: %v", kind, obj.GetName(), err)
 	}
-	if mapping.Scope.Name() != meta.RESTScopeNameNamespace && !dryRun {
+	if !res.Namespaced && !dryRun {
 		t.Cleanup(func() {
-			if err := client.Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("delete %s %s: %v", gvk.Kind, obj.GetName(), err)
+			if err := res.Client.Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete %s %s: %v", kind, obj.GetName(), err)
 			}
 		})
 	}

@@ -19,12 +19,20 @@ import (
 	"k8s.io/client-go/restmapper"
 )
 
+// MaxObjects bounds the objects Decode returns from one manifest (the
+// chart renders about 30).
+const MaxObjects = 1000
+
 // Decode splits a multi-document YAML manifest into its objects; empty
-// documents are skipped.
+// documents are skipped (each consumes input, so the loop ends). More
+// than MaxObjects objects is an error.
 func Decode(manifest string) ([]*unstructured.Unstructured, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
 	var objs []*unstructured.Unstructured
 	for {
+		if len(objs) > MaxObjects {
+			return nil, fmt.Errorf("manifest holds more than %d objects", MaxObjects)
+		}
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err != nil {
 			if errors.Is(err, io.EOF) {
