@@ -100,9 +100,9 @@ app.kubernetes.io/component: controller
 {{/* The webhooks' match conditions: only objects whose opaque config names
 the driver reach the validator (kept identical to internal/controller/webhook). */}}
 {{- define "dra-swap.mentionsDriver" -}}
-(request.resource.resource == "deviceclasses" && has(object.spec.config) && object.spec.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
-(request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.config) && object.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap")) ||
-(request.resource.resource == "resourceclaimtemplates" && has(object.spec.spec.devices) && has(object.spec.spec.devices.config) && object.spec.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "dra.swap"))
+(request.resource.resource == "deviceclasses" && has(object.spec.config) && object.spec.config.exists(c, has(c.opaque) && c.opaque.driver == {{ include "dra-swap.driver" . | quote }})) ||
+(request.resource.resource == "resourceclaims" && has(object.spec.devices) && has(object.spec.devices.config) && object.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == {{ include "dra-swap.driver" . | quote }})) ||
+(request.resource.resource == "resourceclaimtemplates" && has(object.spec.spec.devices) && has(object.spec.spec.devices.config) && object.spec.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == {{ include "dra-swap.driver" . | quote }}))
 {{- end -}}
 
 
@@ -125,7 +125,7 @@ identical to internal/controller/webhook). */}}
 not reserved for (kept identical to internal/controller/webhook). */}}
 {{- define "dra-swap.newlyReservesSwap" -}}
 has(object.status.allocation) && has(object.status.allocation.devices) && has(object.status.allocation.devices.results) &&
-object.status.allocation.devices.results.exists(r, r.driver == "dra.swap") && has(object.status.reservedFor) &&
+object.status.allocation.devices.results.exists(r, r.driver == {{ include "dra-swap.driver" . | quote }}) && has(object.status.reservedFor) &&
 object.status.reservedFor.exists(c, c.resource == "pods" && !(has(oldObject.status.reservedFor) && oldObject.status.reservedFor.exists(o, o.uid == c.uid)))
 {{- end -}}
 
