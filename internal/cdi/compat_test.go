@@ -51,12 +51,12 @@ const (
 // (swap limit, swap high, zswap and swappiness), one with a limit only,
 // one with admin access; granted to one pod, with that pod's budget.
 var goldenEdits = ClaimEdits{
-	ClaimUID:          goldenUID,
-	PodUID:            goldenPodUID,
-	PodSwapLimitBytes: ptr.To[int64](3 << 29),
+	ClaimUID:      goldenUID,
+	PodUID:        goldenPodUID,
+	PodLimitBytes: ptr.To[int64](3 << 29),
 	Devices: []DeviceEdits{
-		{ResultIndex: 0, SwapLimitBytes: 1 << 30, EnvBytes: 3 << 29, SwapHighBytes: ptr.To[int64](858993459), Zswap: ZswapOff, Swappiness: ptr.To[int64](10)},
-		{ResultIndex: 1, SwapLimitBytes: 1 << 29, EnvBytes: 1 << 29},
+		{ResultIndex: 0, LimitBytes: 1 << 30, EnvLimitBytes: 3 << 29, HighBytes: ptr.To[int64](858993459), Zswap: ZswapOff, Swappiness: ptr.To[int64](10)},
+		{ResultIndex: 1, LimitBytes: 1 << 29, EnvLimitBytes: 1 << 29},
 		{ResultIndex: 2, AdminAccess: true},
 	},
 }
@@ -89,7 +89,7 @@ var releasedSpecs = []struct {
 			name: goldenUID,
 			env:  "DRA_SWAP_LIMIT_BYTES=1610612736",
 			apply: parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: -1, Share: hookstate.Share{
-				SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10),
+				LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10),
 			}}},
 			cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
 		}},
@@ -101,7 +101,7 @@ var releasedSpecs = []struct {
 				name: goldenUID + "-0",
 				env:  "DRA_SWAP_LIMIT_BYTES=1610612736",
 				apply: parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 0, PodUID: goldenPodUID, Share: hookstate.Share{
-					SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10), PodSwapLimit: ptr.To[int64](3 << 29),
+					LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10), PodLimitBytes: ptr.To[int64](3 << 29),
 				}}},
 				cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
 			},
@@ -109,7 +109,7 @@ var releasedSpecs = []struct {
 				name: goldenUID + "-1",
 				env:  "DRA_SWAP_LIMIT_BYTES=536870912",
 				apply: parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 1, PodUID: goldenPodUID, Share: hookstate.Share{
-					SwapLimit: 1 << 29, PodSwapLimit: ptr.To[int64](3 << 29),
+					LimitBytes: 1 << 29, PodLimitBytes: ptr.To[int64](3 << 29),
 				}}},
 				cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
 			},
@@ -197,7 +197,7 @@ func show(p parsed) string {
 	s := p.req.Share
 	return fmt.Sprintf("{cleanup:%v claim:%s result:%d pod:%s stateDir:%s procRoot:%s cgroupRoot:%s limit:%d high:%s zswap:%s swappiness:%s podLimit:%s}",
 		p.req.Cleanup, p.req.ClaimUID, p.req.ResultIndex, p.req.PodUID, p.cfg.StateDir, p.cfg.ProcRoot, p.cfg.CgroupRoot,
-		s.SwapLimit, deref(s.SwapHigh), deref(s.Zswap), deref(s.Swappiness), deref(s.PodSwapLimit))
+		s.LimitBytes, deref(s.HighBytes), deref(s.Zswap), deref(s.Swappiness), deref(s.PodLimitBytes))
 }
 
 func deref[T any](p *T) string {
@@ -251,14 +251,14 @@ func TestWriterOutputParses(t *testing.T) {
 		edits ClaimEdits
 		want  hook.Request
 	}{
-		{name: "limit only", edits: ClaimEdits{ClaimUID: goldenUID, Devices: []DeviceEdits{{ResultIndex: 0, SwapLimitBytes: 5 << 20, EnvBytes: 5 << 20}}},
-			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{SwapLimit: 5 << 20}}},
+		{name: "limit only", edits: ClaimEdits{ClaimUID: goldenUID, Devices: []DeviceEdits{{ResultIndex: 0, LimitBytes: 5 << 20, EnvLimitBytes: 5 << 20}}},
+			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{LimitBytes: 5 << 20}}},
 		{name: "every knob", edits: ClaimEdits{ClaimUID: goldenUID, Devices: goldenEdits.Devices[:1]},
-			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{SwapLimit: 1 << 30, SwapHigh: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10)}}},
-		{name: "zswap on, zero swappiness, pod and budget", edits: ClaimEdits{ClaimUID: goldenUID, PodUID: goldenPodUID, PodSwapLimitBytes: ptr.To[int64](7),
-			Devices: []DeviceEdits{{ResultIndex: 5, SwapLimitBytes: 1, EnvBytes: 1, Zswap: ZswapOn, Swappiness: ptr.To[int64](0)}}},
+			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10)}}},
+		{name: "zswap on, zero swappiness, pod and budget", edits: ClaimEdits{ClaimUID: goldenUID, PodUID: goldenPodUID, PodLimitBytes: ptr.To[int64](7),
+			Devices: []DeviceEdits{{ResultIndex: 5, LimitBytes: 1, EnvLimitBytes: 1, Zswap: ZswapOn, Swappiness: ptr.To[int64](0)}}},
 			want: hook.Request{ClaimUID: goldenUID, ResultIndex: 5, PodUID: goldenPodUID,
-				Share: hookstate.Share{SwapLimit: 1, Zswap: ptr.To(true), Swappiness: ptr.To[uint64](0), PodSwapLimit: ptr.To[int64](7)}}},
+				Share: hookstate.Share{LimitBytes: 1, Zswap: ptr.To(true), Swappiness: ptr.To[uint64](0), PodLimitBytes: ptr.To[int64](7)}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -52,9 +52,9 @@ type ClaimEdits struct {
 	// hook refuses containers of any other pod (the scheduler charged the
 	// claim once).
 	PodUID string
-	// PodSwapLimitBytes, if set, is the swap budget of that pod (the sum
+	// PodLimitBytes, if set, is the swap budget of that pod (the sum
 	// of its claims), for pods whose containers share a claim.
-	PodSwapLimitBytes *int64
+	PodLimitBytes *int64
 	// Devices are the claim's results of this driver.
 	Devices []DeviceEdits
 }
@@ -69,15 +69,15 @@ type DeviceEdits struct {
 	// scheduler does not charge: the device grants no swap and only sets
 	// EnvAdminAccess.
 	AdminAccess bool
-	// SwapLimitBytes is the swap this result grants (its consumed
+	// LimitBytes is the swap this result grants (its consumed
 	// capacity), applied by the hook. Several shares on one container add
 	// up in the hook.
-	SwapLimitBytes int64
-	// EnvBytes is the value of DRA_SWAP_LIMIT_BYTES: the total swap limit
+	LimitBytes int64
+	// EnvLimitBytes is the value of DRA_SWAP_LIMIT_BYTES: the total swap limit
 	// of the containers the result reaches.
-	EnvBytes int64
-	// SwapHighBytes, if set, becomes cgroup v2 memory.swap.high.
-	SwapHighBytes *int64
+	EnvLimitBytes int64
+	// HighBytes, if set, becomes cgroup v2 memory.swap.high.
+	HighBytes *int64
 	// Zswap toggles cgroup v2 memory.zswap.max.
 	Zswap ZswapMode
 	// Swappiness, if set, becomes cgroup v1 memory.swappiness.
@@ -163,7 +163,7 @@ func (w *Writer) Spec(edits ClaimEdits) (*cdispec.Spec, error) {
 			device.ContainerEdits.Env = []string{v1alpha1.EnvAdminAccess + "=true"}
 		} else {
 			device.ContainerEdits = cdispec.ContainerEdits{
-				Env: []string{v1alpha1.EnvSwapLimit + "=" + strconv.FormatInt(d.EnvBytes, 10)},
+				Env: []string{v1alpha1.EnvSwapLimit + "=" + strconv.FormatInt(d.EnvLimitBytes, 10)},
 				Hooks: []*cdispec.Hook{
 					{HookName: cdiapi.CreateRuntimeHook, Path: w.hookPath, Args: w.applyArgs(edits, d), Timeout: &timeout},
 					{HookName: cdiapi.PoststopHook, Path: w.hookPath, Args: w.cleanupArgs(edits), Timeout: &timeout},
@@ -183,12 +183,12 @@ func (w *Writer) Spec(edits ClaimEdits) (*cdispec.Spec, error) {
 func (w *Writer) applyArgs(e ClaimEdits, d DeviceEdits) []string {
 	args := []string{
 		filepath.Base(w.hookPath),
-		"--swap-limit=" + strconv.FormatInt(d.SwapLimitBytes, 10),
+		"--swap-limit=" + strconv.FormatInt(d.LimitBytes, 10),
 		"--claim-uid=" + e.ClaimUID,
 		"--state-dir=" + w.hookStateDir,
 	}
-	if d.SwapHighBytes != nil {
-		args = append(args, "--swap-high="+strconv.FormatInt(*d.SwapHighBytes, 10))
+	if d.HighBytes != nil {
+		args = append(args, "--swap-high="+strconv.FormatInt(*d.HighBytes, 10))
 	}
 	if d.Zswap != ZswapUnchanged {
 		args = append(args, "--zswap="+string(d.Zswap))
@@ -200,8 +200,8 @@ func (w *Writer) applyArgs(e ClaimEdits, d DeviceEdits) []string {
 	if e.PodUID != "" {
 		args = append(args, "--pod-uid="+e.PodUID)
 	}
-	if e.PodSwapLimitBytes != nil {
-		args = append(args, "--pod-swap-limit="+strconv.FormatInt(*e.PodSwapLimitBytes, 10))
+	if e.PodLimitBytes != nil {
+		args = append(args, "--pod-swap-limit="+strconv.FormatInt(*e.PodLimitBytes, 10))
 	}
 	return args
 }
@@ -217,8 +217,8 @@ func (e ClaimEdits) validate() error {
 	if e.PodUID != "" && !limits.IsUID(e.PodUID) {
 		return fmt.Errorf("claim %s: pod UID %q is not a Kubernetes UID", e.ClaimUID, e.PodUID)
 	}
-	if e.PodSwapLimitBytes != nil && *e.PodSwapLimitBytes < 0 {
-		return fmt.Errorf("claim %s: negative pod swap limit %d", e.ClaimUID, *e.PodSwapLimitBytes)
+	if e.PodLimitBytes != nil && *e.PodLimitBytes < 0 {
+		return fmt.Errorf("claim %s: negative pod swap limit %d", e.ClaimUID, *e.PodLimitBytes)
 	}
 	if len(e.Devices) == 0 {
 		return fmt.Errorf("claim %s: no devices", e.ClaimUID)
@@ -237,11 +237,11 @@ func (e ClaimEdits) validate() error {
 }
 
 func (d DeviceEdits) validate() error {
-	if d.SwapLimitBytes < 0 || d.EnvBytes < 0 {
-		return fmt.Errorf("negative swap limit (%d, env %d)", d.SwapLimitBytes, d.EnvBytes)
+	if d.LimitBytes < 0 || d.EnvLimitBytes < 0 {
+		return fmt.Errorf("negative swap limit (%d, env %d)", d.LimitBytes, d.EnvLimitBytes)
 	}
-	if d.SwapHighBytes != nil && (*d.SwapHighBytes < 0 || *d.SwapHighBytes > d.SwapLimitBytes) {
-		return fmt.Errorf("swap high %d outside 0..%d", *d.SwapHighBytes, d.SwapLimitBytes)
+	if d.HighBytes != nil && (*d.HighBytes < 0 || *d.HighBytes > d.LimitBytes) {
+		return fmt.Errorf("swap high %d outside 0..%d", *d.HighBytes, d.LimitBytes)
 	}
 	switch d.Zswap {
 	case ZswapUnchanged, ZswapOn, ZswapOff:

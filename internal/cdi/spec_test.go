@@ -48,26 +48,26 @@ func TestSpecContent(t *testing.T) {
 	}{
 		{
 			name:  "limit only",
-			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, SwapLimitBytes: 2 << 30, EnvBytes: 2 << 30}}},
+			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, LimitBytes: 2 << 30, EnvLimitBytes: 2 << 30}}},
 			want:  []device{{name: uid + "-0", env: []string{"DRA_SWAP_LIMIT_BYTES=2147483648"}, apply: apply(2<<30, "--result-index=0")}},
 		},
 		{
 			name:  "env is the container total",
-			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, SwapLimitBytes: 1 << 20, EnvBytes: 3 << 20}}},
+			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, LimitBytes: 1 << 20, EnvLimitBytes: 3 << 20}}},
 			want:  []device{{name: uid + "-0", env: []string{"DRA_SWAP_LIMIT_BYTES=3145728"}, apply: apply(1<<20, "--result-index=0")}},
 		},
 		{
 			name: "all knobs",
-			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, SwapLimitBytes: 100 << 20, EnvBytes: 100 << 20,
-				SwapHighBytes: ptr.To[int64](80 << 20), Zswap: ZswapOff, Swappiness: ptr.To[int64](0)}}},
+			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, LimitBytes: 100 << 20, EnvLimitBytes: 100 << 20,
+				HighBytes: ptr.To[int64](80 << 20), Zswap: ZswapOff, Swappiness: ptr.To[int64](0)}}},
 			want: []device{{name: uid + "-0", env: []string{"DRA_SWAP_LIMIT_BYTES=104857600"},
 				apply: apply(100<<20, "--swap-high=83886080", "--zswap=off", "--swappiness=0", "--result-index=0")}},
 		},
 		{
 			name: "one device per result, the pod and its budget on each",
-			edits: ClaimEdits{ClaimUID: uid, PodUID: podUID, PodSwapLimitBytes: ptr.To[int64](300 << 20), Devices: []DeviceEdits{
-				{ResultIndex: 0, SwapLimitBytes: 100 << 20, EnvBytes: 100 << 20},
-				{ResultIndex: 2, SwapLimitBytes: 200 << 20, EnvBytes: 300 << 20},
+			edits: ClaimEdits{ClaimUID: uid, PodUID: podUID, PodLimitBytes: ptr.To[int64](300 << 20), Devices: []DeviceEdits{
+				{ResultIndex: 0, LimitBytes: 100 << 20, EnvLimitBytes: 100 << 20},
+				{ResultIndex: 2, LimitBytes: 200 << 20, EnvLimitBytes: 300 << 20},
 				{ResultIndex: 3, AdminAccess: true},
 			}},
 			want: []device{
@@ -133,12 +133,12 @@ func TestSpecRejectsBadEdits(t *testing.T) {
 		"uid with spaces":   {ClaimUID: uid + " --swap-limit=1", Devices: one(DeviceEdits{})},
 		"uppercase uid":     {ClaimUID: strings.ToUpper(uid), Devices: one(DeviceEdits{})},
 		"pod uid with args": {ClaimUID: uid, PodUID: podUID + " --x", Devices: one(DeviceEdits{})},
-		"negative pod":      {ClaimUID: uid, PodSwapLimitBytes: ptr.To[int64](-1), Devices: one(DeviceEdits{})},
+		"negative pod":      {ClaimUID: uid, PodLimitBytes: ptr.To[int64](-1), Devices: one(DeviceEdits{})},
 		"no devices":        {ClaimUID: uid},
 		"repeated index":    {ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 1}, {ResultIndex: 1}}},
 		"negative index":    {ClaimUID: uid, Devices: one(DeviceEdits{ResultIndex: -1})},
-		"negative limit":    {ClaimUID: uid, Devices: one(DeviceEdits{SwapLimitBytes: -1})},
-		"high above limit":  {ClaimUID: uid, Devices: one(DeviceEdits{SwapLimitBytes: 10, SwapHighBytes: ptr.To[int64](11)})},
+		"negative limit":    {ClaimUID: uid, Devices: one(DeviceEdits{LimitBytes: -1})},
+		"high above limit":  {ClaimUID: uid, Devices: one(DeviceEdits{LimitBytes: 10, HighBytes: ptr.To[int64](11)})},
 		"bad zswap":         {ClaimUID: uid, Devices: one(DeviceEdits{Zswap: "--x"})},
 		"swappiness 101":    {ClaimUID: uid, Devices: one(DeviceEdits{Swappiness: ptr.To[int64](101)})},
 	} {
@@ -198,8 +198,8 @@ func TestNewWriterRejectsRelativePaths(t *testing.T) {
 func TestWriteInjectRemove(t *testing.T) {
 	w, dir := newTestWriter(t)
 	edits := ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{
-		{ResultIndex: 0, SwapLimitBytes: 300 << 20, EnvBytes: 300 << 20},
-		{ResultIndex: 1, SwapLimitBytes: 100 << 20, EnvBytes: 100 << 20},
+		{ResultIndex: 0, LimitBytes: 300 << 20, EnvLimitBytes: 300 << 20},
+		{ResultIndex: 1, LimitBytes: 100 << 20, EnvLimitBytes: 100 << 20},
 	}}
 	if err := w.Write(edits); err != nil {
 		t.Fatal(err)

@@ -48,10 +48,10 @@ func (t Target) what() string {
 
 // Settings are the values to apply.
 type Settings struct {
-	// SwapLimit is the container's swap limit in bytes.
-	SwapLimit int64
-	// SwapHigh sets cgroup v2 memory.swap.high.
-	SwapHigh *int64
+	// LimitBytes is the container's swap limit in bytes.
+	LimitBytes int64
+	// HighBytes sets cgroup v2 memory.swap.high.
+	HighBytes *int64
 	// Zswap sets cgroup v2 memory.zswap.max to max (true) or 0 (false).
 	Zswap *bool
 	// Swappiness sets cgroup v1 memory.swappiness.
@@ -60,8 +60,8 @@ type Settings struct {
 
 // Apply writes s into the target's cgroup.
 func Apply(t Target, s Settings) error {
-	if s.SwapLimit < 0 {
-		return fmt.Errorf("%s: negative swap limit %d", t.what(), s.SwapLimit)
+	if s.LimitBytes < 0 {
+		return fmt.Errorf("%s: negative swap limit %d", t.what(), s.LimitBytes)
 	}
 	if !strings.HasPrefix(t.Group, "/") || strings.Contains(t.Group, "..") {
 		return fmt.Errorf("%s: cgroup path %q is not an absolute path within the hierarchy", t.what(), t.Group)
@@ -76,7 +76,7 @@ func Apply(t Target, s Settings) error {
 }
 
 func applyV1(t Target, s Settings) error {
-	if s.SwapHigh != nil || s.Zswap != nil {
+	if s.HighBytes != nil || s.Zswap != nil {
 		return fmt.Errorf("%s: memory.swap.high and memory.zswap.max exist only on cgroup v2", t.what())
 	}
 	mem := cgroup1.NewMemory(t.Root)
@@ -95,15 +95,15 @@ func applyV1(t Target, s Settings) error {
 	if limit >= unlimitedV1 {
 		return fmt.Errorf("%s has no memory limit: on cgroup v1 swap can only be bounded together with memory; set resources.limits.memory%s", t.what(), podHint(t))
 	}
-	if s.SwapLimit > math.MaxInt64-limit {
-		return fmt.Errorf("%s: memory limit %d plus swap limit %d overflows", t.what(), limit, s.SwapLimit)
+	if s.LimitBytes > math.MaxInt64-limit {
+		return fmt.Errorf("%s: memory limit %d plus swap limit %d overflows", t.what(), limit, s.LimitBytes)
 	}
-	memsw := limit + s.SwapLimit
+	memsw := limit + s.LimitBytes
 	// memsw may only be raised above, or lowered to, the memory limit; the
 	// memory limit is not touched, so memsw ≥ limit always holds.
 	err = mem.Update(t.Group, &specs.LinuxResources{Memory: &specs.LinuxMemory{Swap: &memsw, Swappiness: s.Swappiness}})
 	if err != nil {
-		return fmt.Errorf("%s: set %s to %d (memory limit %d + swap %d): %w", t.what(), memswFile, memsw, limit, s.SwapLimit, err)
+		return fmt.Errorf("%s: set %s to %d (memory limit %d + swap %d): %w", t.what(), memswFile, memsw, limit, s.LimitBytes, err)
 	}
 	return nil
 }
@@ -131,13 +131,13 @@ func applyV2(t Target, s Settings) error {
 	if err != nil {
 		return fmt.Errorf("%s: load cgroup %s: %w", t.what(), dir, err)
 	}
-	limit := s.SwapLimit
+	limit := s.LimitBytes
 	if err := m.Update(&cgroup2.Resources{Memory: &cgroup2.Memory{Swap: &limit}}); err != nil {
 		return fmt.Errorf("%s: set %s to %d: %w", t.what(), swapMax, limit, err)
 	}
 	// The library has no memory.swap.high or memory.zswap.max.
-	if s.SwapHigh != nil {
-		if err := writeFile(filepath.Join(dir, "memory.swap.high"), strconv.FormatInt(*s.SwapHigh, 10)); err != nil {
+	if s.HighBytes != nil {
+		if err := writeFile(filepath.Join(dir, "memory.swap.high"), strconv.FormatInt(*s.HighBytes, 10)); err != nil {
 			return fmt.Errorf("%s: %w", t.what(), err)
 		}
 	}

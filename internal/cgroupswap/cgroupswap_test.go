@@ -61,12 +61,12 @@ func TestApplyV1(t *testing.T) {
 		wantSwappy string
 		wantErr    string
 	}{
-		{name: "limit added to memory", memLimit: "134217728", settings: Settings{SwapLimit: 314572800}, wantMemsw: "448790528", wantSwappy: "60"},
-		{name: "zero swap", memLimit: "134217728", settings: Settings{SwapLimit: 0}, wantMemsw: "134217728", wantSwappy: "60"},
-		{name: "swappiness", memLimit: "134217728", settings: Settings{SwapLimit: 1 << 20, Swappiness: ptr.To[uint64](5)}, wantMemsw: "135266304", wantSwappy: "5"},
-		{name: "no memory limit", memLimit: "9223372036854771712", settings: Settings{SwapLimit: 1 << 20}, wantErr: "container ns/pod/c has no memory limit"},
-		{name: "overflow", memLimit: "4611686018427387000", settings: Settings{SwapLimit: math.MaxInt64 - 1000}, wantErr: "overflows"},
-		{name: "v2 knob", memLimit: "134217728", settings: Settings{SwapHigh: ptr.To[int64](1)}, wantErr: "only on cgroup v2"},
+		{name: "limit added to memory", memLimit: "134217728", settings: Settings{LimitBytes: 314572800}, wantMemsw: "448790528", wantSwappy: "60"},
+		{name: "zero swap", memLimit: "134217728", settings: Settings{LimitBytes: 0}, wantMemsw: "134217728", wantSwappy: "60"},
+		{name: "swappiness", memLimit: "134217728", settings: Settings{LimitBytes: 1 << 20, Swappiness: ptr.To[uint64](5)}, wantMemsw: "135266304", wantSwappy: "5"},
+		{name: "no memory limit", memLimit: "9223372036854771712", settings: Settings{LimitBytes: 1 << 20}, wantErr: "container ns/pod/c has no memory limit"},
+		{name: "overflow", memLimit: "4611686018427387000", settings: Settings{LimitBytes: math.MaxInt64 - 1000}, wantErr: "overflows"},
+		{name: "v2 knob", memLimit: "134217728", settings: Settings{HighBytes: ptr.To[int64](1)}, wantErr: "only on cgroup v2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,7 +93,7 @@ func TestApplyV1(t *testing.T) {
 			if got := read(t, filepath.Join(dir, "memory.limit_in_bytes")); got != tc.memLimit {
 				t.Errorf("memory limit changed to %s", got)
 			}
-			if limit, err := ReadLimit(1, root, group); err != nil || limit != tc.settings.SwapLimit {
+			if limit, err := ReadLimit(1, root, group); err != nil || limit != tc.settings.LimitBytes {
 				t.Errorf("ReadLimit = %d, %v", limit, err)
 			}
 		})
@@ -103,7 +103,7 @@ func TestApplyV1(t *testing.T) {
 func TestApplyV1WithoutSwapAccounting(t *testing.T) {
 	root, dir := v1Tree(t, "134217728")
 	os.Remove(filepath.Join(dir, "memory.memsw.limit_in_bytes"))
-	err := Apply(Target{Version: 1, Root: root, Group: group, Container: "c"}, Settings{SwapLimit: 1})
+	err := Apply(Target{Version: 1, Root: root, Group: group, Container: "c"}, Settings{LimitBytes: 1})
 	if err == nil || !strings.Contains(err.Error(), "swapaccount=1") || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("error = %v", err)
 	}
@@ -116,11 +116,11 @@ func TestApplyV2(t *testing.T) {
 		wantFiles map[string]string
 		wantErr   string
 	}{
-		{name: "limit", settings: Settings{SwapLimit: 314572800}, wantFiles: map[string]string{"memory.swap.max": "314572800", "memory.swap.high": "max", "memory.zswap.max": "max"}},
-		{name: "high and zswap off", settings: Settings{SwapLimit: 100, SwapHigh: ptr.To[int64](80), Zswap: ptr.To(false)},
+		{name: "limit", settings: Settings{LimitBytes: 314572800}, wantFiles: map[string]string{"memory.swap.max": "314572800", "memory.swap.high": "max", "memory.zswap.max": "max"}},
+		{name: "high and zswap off", settings: Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80), Zswap: ptr.To(false)},
 			wantFiles: map[string]string{"memory.swap.max": "100", "memory.swap.high": "80", "memory.zswap.max": "0"}},
-		{name: "zswap on", settings: Settings{SwapLimit: 100, Zswap: ptr.To(true)}, wantFiles: map[string]string{"memory.zswap.max": "max"}},
-		{name: "swappiness", settings: Settings{SwapLimit: 1, Swappiness: ptr.To[uint64](1)}, wantErr: "no per-cgroup swappiness"},
+		{name: "zswap on", settings: Settings{LimitBytes: 100, Zswap: ptr.To(true)}, wantFiles: map[string]string{"memory.zswap.max": "max"}},
+		{name: "swappiness", settings: Settings{LimitBytes: 1, Swappiness: ptr.To[uint64](1)}, wantErr: "no per-cgroup swappiness"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,7 +168,7 @@ func TestApplyRejectsBadTargets(t *testing.T) {
 			t.Errorf("Apply(%+v) succeeded", target)
 		}
 	}
-	if err := Apply(Target{Version: 2, Root: root, Group: group}, Settings{SwapLimit: -1}); err == nil {
+	if err := Apply(Target{Version: 2, Root: root, Group: group}, Settings{LimitBytes: -1}); err == nil {
 		t.Error("negative limit accepted")
 	}
 }

@@ -42,8 +42,8 @@ func Run(args []string, stdin io.Reader) error {
 func Apply(cfg Config, req Request, state *specs.State) error {
 	total, podLimit, version, err := apply(cfg, req, state)
 	if r, ok := hookrecord.FromAnnotations(state.Annotations); ok {
-		r.LimitBytes, r.CgroupVersion, r.Time = total.SwapLimit, version, time.Now()
-		r.PodLimitBytes = req.Share.PodSwapLimit
+		r.LimitBytes, r.CgroupVersion, r.Time = total.LimitBytes, version, time.Now()
+		r.PodLimitBytes = req.Share.PodLimitBytes
 		if podLimit != nil {
 			r.PodLimitBytes = podLimit
 		}
@@ -88,7 +88,7 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, *i
 		return total, nil, target.Version, err
 	}
 	var pod cgroupswap.Target
-	if req.Share.PodSwapLimit != nil {
+	if req.Share.PodLimitBytes != nil {
 		if pod, err = podCgroup(target, r); err != nil {
 			return total, nil, target.Version, err
 		}
@@ -136,7 +136,7 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, *i
 	if podLimit == nil {
 		return totals.Container, nil, target.Version, nil
 	}
-	if err := cgroupswap.Apply(podTarget, cgroupswap.Settings{SwapLimit: *podLimit}); err != nil {
+	if err := cgroupswap.Apply(podTarget, cgroupswap.Settings{LimitBytes: *podLimit}); err != nil {
 		return totals.Container, nil, target.Version, fmt.Errorf("container %s: the pod's swap budget: %w", name, err)
 	}
 	return totals.Container, podLimit, target.Version, nil

@@ -113,19 +113,19 @@ func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 	}
 	s := req.Share
 	if req.Cleanup {
-		if s.SwapLimit != 0 || s.SwapHigh != nil || s.Zswap != nil || s.Swappiness != nil || s.PodSwapLimit != nil || req.PodUID != "" || req.ResultIndex != -1 {
+		if s.LimitBytes != 0 || s.HighBytes != nil || s.Zswap != nil || s.Swappiness != nil || s.PodLimitBytes != nil || req.PodUID != "" || req.ResultIndex != -1 {
 			t.Errorf("ParseArgs(%q) accepted limits with --cleanup: %+v", args, req)
 		}
 		return
 	}
-	if s.PodSwapLimit != nil && (*s.PodSwapLimit < 0 || *s.PodSwapLimit > limits.MaxSwapBytes) {
-		t.Errorf("ParseArgs(%q) accepted pod swap limit %d outside 0..%d", args, *s.PodSwapLimit, limits.MaxSwapBytes)
+	if s.PodLimitBytes != nil && (*s.PodLimitBytes < 0 || *s.PodLimitBytes > limits.MaxSwapBytes) {
+		t.Errorf("ParseArgs(%q) accepted pod swap limit %d outside 0..%d", args, *s.PodLimitBytes, limits.MaxSwapBytes)
 	}
-	if s.SwapLimit < 0 || s.SwapLimit > limits.MaxSwapBytes {
-		t.Errorf("ParseArgs(%q) accepted swap limit %d outside 0..%d", args, s.SwapLimit, limits.MaxSwapBytes)
+	if s.LimitBytes < 0 || s.LimitBytes > limits.MaxSwapBytes {
+		t.Errorf("ParseArgs(%q) accepted swap limit %d outside 0..%d", args, s.LimitBytes, limits.MaxSwapBytes)
 	}
-	if s.SwapHigh != nil && (*s.SwapHigh < 0 || *s.SwapHigh > s.SwapLimit) {
-		t.Errorf("ParseArgs(%q) accepted swap high %d outside 0..%d", args, *s.SwapHigh, s.SwapLimit)
+	if s.HighBytes != nil && (*s.HighBytes < 0 || *s.HighBytes > s.LimitBytes) {
+		t.Errorf("ParseArgs(%q) accepted swap high %d outside 0..%d", args, *s.HighBytes, s.LimitBytes)
 	}
 	if s.Swappiness != nil && *s.Swappiness > 100 {
 		t.Errorf("ParseArgs(%q) accepted swappiness %d", args, *s.Swappiness)
@@ -140,9 +140,9 @@ func canonicalArgs(cfg Config, req Request) []string {
 		return append(args, "--cleanup")
 	}
 	s := req.Share
-	args = append(args, "--swap-limit="+strconv.FormatInt(s.SwapLimit, 10))
-	if s.SwapHigh != nil {
-		args = append(args, "--swap-high="+strconv.FormatInt(*s.SwapHigh, 10))
+	args = append(args, "--swap-limit="+strconv.FormatInt(s.LimitBytes, 10))
+	if s.HighBytes != nil {
+		args = append(args, "--swap-high="+strconv.FormatInt(*s.HighBytes, 10))
 	}
 	if s.Zswap != nil {
 		args = append(args, "--zswap="+map[bool]string{true: "on", false: "off"}[*s.Zswap])
@@ -156,8 +156,8 @@ func canonicalArgs(cfg Config, req Request) []string {
 	if req.PodUID != "" {
 		args = append(args, "--pod-uid="+req.PodUID)
 	}
-	if s.PodSwapLimit != nil {
-		args = append(args, "--pod-swap-limit="+strconv.FormatInt(*s.PodSwapLimit, 10))
+	if s.PodLimitBytes != nil {
+		args = append(args, "--pod-swap-limit="+strconv.FormatInt(*s.PodLimitBytes, 10))
 	}
 	return args
 }
@@ -172,10 +172,10 @@ func diffParsed(cfg1 Config, req1 Request, cfg2 Config, req2 Request) string {
 		return fmt.Sprintf("request %+v vs %+v", req1, req2)
 	}
 	a, b := req1.Share, req2.Share
-	if a.SwapLimit != b.SwapLimit {
+	if a.LimitBytes != b.LimitBytes {
 		return "swap limit"
 	}
-	if (a.SwapHigh == nil) != (b.SwapHigh == nil) || a.SwapHigh != nil && *a.SwapHigh != *b.SwapHigh {
+	if (a.HighBytes == nil) != (b.HighBytes == nil) || a.HighBytes != nil && *a.HighBytes != *b.HighBytes {
 		return "swap high"
 	}
 	if (a.Zswap == nil) != (b.Zswap == nil) || a.Zswap != nil && *a.Zswap != *b.Zswap {
@@ -184,7 +184,7 @@ func diffParsed(cfg1 Config, req1 Request, cfg2 Config, req2 Request) string {
 	if (a.Swappiness == nil) != (b.Swappiness == nil) || a.Swappiness != nil && *a.Swappiness != *b.Swappiness {
 		return "swappiness"
 	}
-	if (a.PodSwapLimit == nil) != (b.PodSwapLimit == nil) || a.PodSwapLimit != nil && *a.PodSwapLimit != *b.PodSwapLimit {
+	if (a.PodLimitBytes == nil) != (b.PodLimitBytes == nil) || a.PodLimitBytes != nil && *a.PodLimitBytes != *b.PodLimitBytes {
 		return "pod swap limit"
 	}
 	return ""

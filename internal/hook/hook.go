@@ -148,17 +148,17 @@ func ParseArgs(args []string) (Config, Request, error) {
 		if err != nil {
 			return cfg, req, err
 		}
-		req.Share.PodSwapLimit = &v
+		req.Share.PodLimitBytes = &v
 	}
-	if req.Share.SwapLimit, err = parseNumber("--swap-limit", limit, limits.MaxSwapBytes); err != nil {
+	if req.Share.LimitBytes, err = parseNumber("--swap-limit", limit, limits.MaxSwapBytes); err != nil {
 		return cfg, req, err
 	}
 	if high != "" {
-		v, err := parseNumber("--swap-high", high, req.Share.SwapLimit)
+		v, err := parseNumber("--swap-high", high, req.Share.LimitBytes)
 		if err != nil {
 			return cfg, req, err
 		}
-		req.Share.SwapHigh = &v
+		req.Share.HighBytes = &v
 	}
 	switch zswap {
 	case "":

@@ -150,16 +150,16 @@ func checkTotals(t *testing.T, total Totals, shares int) {
 	if total.Shares != shares {
 		t.Fatalf("Sum counted %d shares, want %d", total.Shares, shares)
 	}
-	if c.SwapLimit < 0 || c.SwapLimit > limits.MaxSwapBytes {
-		t.Fatalf("Sum = swap limit %d, outside 0..%d", c.SwapLimit, limits.MaxSwapBytes)
+	if c.LimitBytes < 0 || c.LimitBytes > limits.MaxSwapBytes {
+		t.Fatalf("Sum = swap limit %d, outside 0..%d", c.LimitBytes, limits.MaxSwapBytes)
 	}
-	if c.SwapHigh != nil && (*c.SwapHigh < 0 || *c.SwapHigh > c.SwapLimit) {
-		t.Fatalf("Sum = swap high %d, outside 0..%d", *c.SwapHigh, c.SwapLimit)
+	if c.HighBytes != nil && (*c.HighBytes < 0 || *c.HighBytes > c.LimitBytes) {
+		t.Fatalf("Sum = swap high %d, outside 0..%d", *c.HighBytes, c.LimitBytes)
 	}
 	if c.Swappiness != nil && *c.Swappiness > 100 {
 		t.Fatalf("Sum = swappiness %d", *c.Swappiness)
 	}
-	if p := total.PodSwapLimit; p != nil && (*p < 0 || *p > limits.MaxSwapBytes) {
+	if p := total.PodLimitBytes; p != nil && (*p < 0 || *p > limits.MaxSwapBytes) {
 		t.Fatalf("Sum = pod swap limit %d, outside 0..%d", *p, limits.MaxSwapBytes)
 	}
 }
@@ -168,20 +168,20 @@ func checkTotals(t *testing.T, total Totals, shares int) {
 // false when the limits add up to more than MaxSwapBytes.
 func combine(a, b Totals) (Totals, bool) {
 	x, y := a.Container, b.Container
-	if x.SwapLimit > limits.MaxSwapBytes-y.SwapLimit {
+	if x.LimitBytes > limits.MaxSwapBytes-y.LimitBytes {
 		return Totals{}, false
 	}
 	out := Totals{Shares: a.Shares + b.Shares}
-	out.Container.SwapLimit = x.SwapLimit + y.SwapLimit
-	if x.SwapHigh != nil || y.SwapHigh != nil {
-		high := x.SwapLimit + y.SwapLimit
-		if x.SwapHigh != nil {
-			high += *x.SwapHigh - x.SwapLimit
+	out.Container.LimitBytes = x.LimitBytes + y.LimitBytes
+	if x.HighBytes != nil || y.HighBytes != nil {
+		high := x.LimitBytes + y.LimitBytes
+		if x.HighBytes != nil {
+			high += *x.HighBytes - x.LimitBytes
 		}
-		if y.SwapHigh != nil {
-			high += *y.SwapHigh - y.SwapLimit
+		if y.HighBytes != nil {
+			high += *y.HighBytes - y.LimitBytes
 		}
-		out.Container.SwapHigh = &high
+		out.Container.HighBytes = &high
 	}
 	switch {
 	case x.Zswap != nil && !*x.Zswap, y.Zswap != nil && !*y.Zswap:
@@ -195,9 +195,9 @@ func combine(a, b Totals) (Totals, bool) {
 	if y.Swappiness != nil && (x.Swappiness == nil || *y.Swappiness < *x.Swappiness) {
 		out.Container.Swappiness = y.Swappiness
 	}
-	out.PodSwapLimit = a.PodSwapLimit
-	if b.PodSwapLimit != nil && (a.PodSwapLimit == nil || *b.PodSwapLimit > *a.PodSwapLimit) {
-		out.PodSwapLimit = b.PodSwapLimit
+	out.PodLimitBytes = a.PodLimitBytes
+	if b.PodLimitBytes != nil && (a.PodLimitBytes == nil || *b.PodLimitBytes > *a.PodLimitBytes) {
+		out.PodLimitBytes = b.PodLimitBytes
 	}
 	return out, true
 }

@@ -80,14 +80,14 @@ func ShareKey(claimUID string, resultIndex int) string {
 
 // Share is what one claim's allocation result contributes to a container.
 type Share struct {
-	SwapLimit  int64   `json:"swapLimit"`
-	SwapHigh   *int64  `json:"swapHigh,omitempty"`
+	LimitBytes int64   `json:"swapLimit"`
+	HighBytes  *int64  `json:"swapHigh,omitempty"`
 	Zswap      *bool   `json:"zswap,omitempty"`
 	Swappiness *uint64 `json:"swappiness,omitempty"`
-	// PodSwapLimit, if set, is the swap the container's whole pod may use:
+	// PodLimitBytes, if set, is the swap the container's whole pod may use:
 	// the sum of the pod's claims, set when its containers share a claim
 	// and so could together use more than the claims were charged.
-	PodSwapLimit *int64 `json:"podSwapLimit,omitempty"`
+	PodLimitBytes *int64 `json:"podSwapLimit,omitempty"`
 }
 
 // Container says where a container's cgroup is and whose container it is.
@@ -163,17 +163,17 @@ func Record(dir, key string, share Share) error {
 }
 
 func (s Share) validate() error {
-	if s.SwapLimit < 0 || s.SwapLimit > limits.MaxSwapBytes {
-		return fmt.Errorf("swap limit %d out of range 0..%d", s.SwapLimit, limits.MaxSwapBytes)
+	if s.LimitBytes < 0 || s.LimitBytes > limits.MaxSwapBytes {
+		return fmt.Errorf("swap limit %d out of range 0..%d", s.LimitBytes, limits.MaxSwapBytes)
 	}
-	if s.SwapHigh != nil && (*s.SwapHigh < 0 || *s.SwapHigh > s.SwapLimit) {
-		return fmt.Errorf("swap high %d out of range 0..%d", *s.SwapHigh, s.SwapLimit)
+	if s.HighBytes != nil && (*s.HighBytes < 0 || *s.HighBytes > s.LimitBytes) {
+		return fmt.Errorf("swap high %d out of range 0..%d", *s.HighBytes, s.LimitBytes)
 	}
 	if s.Swappiness != nil && *s.Swappiness > 100 {
 		return fmt.Errorf("swappiness %d out of range 0..100", *s.Swappiness)
 	}
-	if s.PodSwapLimit != nil && (*s.PodSwapLimit < 0 || *s.PodSwapLimit > limits.MaxSwapBytes) {
-		return fmt.Errorf("pod swap limit %d out of range 0..%d", *s.PodSwapLimit, limits.MaxSwapBytes)
+	if s.PodLimitBytes != nil && (*s.PodLimitBytes < 0 || *s.PodLimitBytes > limits.MaxSwapBytes) {
+		return fmt.Errorf("pod swap limit %d out of range 0..%d", *s.PodLimitBytes, limits.MaxSwapBytes)
 	}
 	return nil
 }
@@ -236,11 +236,11 @@ func (c Container) validate() error {
 type Totals struct {
 	// Container is applied to the container's cgroup.
 	Container cgroupswap.Settings
-	// PodSwapLimit, if set, bounds the swap of the container's pod (its
-	// parent cgroup): the largest PodSwapLimit of the shares (prepare
+	// PodLimitBytes, if set, bounds the swap of the container's pod (its
+	// parent cgroup): the largest PodLimitBytes of the shares (prepare
 	// writes the same value into every claim of the pod; a claim prepared
 	// before another of the pod was known holds a smaller one).
-	PodSwapLimit *int64
+	PodLimitBytes *int64
 	// Shares is how many shares there are.
 	Shares int
 }
@@ -276,16 +276,16 @@ func Sum(dir string) (Totals, error) {
 		if err := s.validate(); err != nil {
 			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
 		}
-		if total.SwapLimit > limits.MaxSwapBytes-s.SwapLimit {
+		if total.LimitBytes > limits.MaxSwapBytes-s.LimitBytes {
 			return t, fmt.Errorf("hook state %s/%s: swap limits add up to more than %d", dir, e.Name(), limits.MaxSwapBytes)
 		}
 		t.Shares++
-		total.SwapLimit += s.SwapLimit
-		if s.SwapHigh != nil {
+		total.LimitBytes += s.LimitBytes
+		if s.HighBytes != nil {
 			anyHigh = true
-			high += *s.SwapHigh
+			high += *s.HighBytes
 		} else {
-			high += s.SwapLimit
+			high += s.LimitBytes
 		}
 		if s.Zswap != nil && (total.Zswap == nil || !*s.Zswap) {
 			v := *s.Zswap
@@ -295,13 +295,13 @@ func Sum(dir string) (Totals, error) {
 			v := *s.Swappiness
 			total.Swappiness = &v
 		}
-		if s.PodSwapLimit != nil && (t.PodSwapLimit == nil || *s.PodSwapLimit > *t.PodSwapLimit) {
-			v := *s.PodSwapLimit
-			t.PodSwapLimit = &v
+		if s.PodLimitBytes != nil && (t.PodLimitBytes == nil || *s.PodLimitBytes > *t.PodLimitBytes) {
+			v := *s.PodLimitBytes
+			t.PodLimitBytes = &v
 		}
 	}
 	if anyHigh {
-		total.SwapHigh = &high
+		total.HighBytes = &high
 	}
 	return t, nil
 }
@@ -465,7 +465,7 @@ func openLock(stateDir string) (*os.File, error) {
 }
 
 // PodSwapLimits returns each pod cgroup's swap budget (keyed by a
-// Container's PodCgroupGroup): the largest PodSwapLimit recorded by any
+// Container's PodCgroupGroup): the largest PodLimitBytes recorded by any
 // share of any container in it. Containers of one pod may record
 // different budgets (a claim prepared before another of the pod was known
 // holds a smaller one); the pod's cgroup gets one, the largest. Containers
@@ -505,11 +505,11 @@ func podSwapLimits(stateDir, only string) (map[string]int64, error) {
 			continue
 		}
 		t, err := Sum(dir)
-		if err != nil || t.PodSwapLimit == nil {
+		if err != nil || t.PodLimitBytes == nil {
 			continue
 		}
-		if v, ok := limits[c.PodCgroupGroup]; !ok || *t.PodSwapLimit > v {
-			limits[c.PodCgroupGroup] = *t.PodSwapLimit
+		if v, ok := limits[c.PodCgroupGroup]; !ok || *t.PodLimitBytes > v {
+			limits[c.PodCgroupGroup] = *t.PodLimitBytes
 		}
 	}
 	return limits, nil

@@ -94,7 +94,7 @@ func TestShareKey(t *testing.T) {
 			t.Errorf("ShareKey(%d) = %q, want %q", tc.index, key, tc.want)
 		}
 		// Every key names a file that Record writes and Sum reads.
-		if err := Record(t.TempDir(), key, Share{SwapLimit: 1}); err != nil {
+		if err := Record(t.TempDir(), key, Share{LimitBytes: 1}); err != nil {
 			t.Errorf("Record(%q): %v", key, err)
 		}
 	}
@@ -107,9 +107,9 @@ func TestRecord(t *testing.T) {
 		share   Share
 		wantErr string
 	}{
-		{name: "whole claim", key: claimA, share: Share{SwapLimit: 300 << 20}},
-		{name: "one result", key: claimA + ".0", share: Share{SwapLimit: 100 << 20, SwapHigh: ptr.To[int64](80 << 20), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](0), PodSwapLimit: ptr.To[int64](400 << 20)}},
-		{name: "largest", key: claimA + ".9999", share: Share{SwapLimit: limits.MaxSwapBytes, SwapHigh: ptr.To(limits.MaxSwapBytes), Swappiness: ptr.To[uint64](100), PodSwapLimit: ptr.To(limits.MaxSwapBytes)}},
+		{name: "whole claim", key: claimA, share: Share{LimitBytes: 300 << 20}},
+		{name: "one result", key: claimA + ".0", share: Share{LimitBytes: 100 << 20, HighBytes: ptr.To[int64](80 << 20), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](0), PodLimitBytes: ptr.To[int64](400 << 20)}},
+		{name: "largest", key: claimA + ".9999", share: Share{LimitBytes: limits.MaxSwapBytes, HighBytes: ptr.To(limits.MaxSwapBytes), Swappiness: ptr.To[uint64](100), PodLimitBytes: ptr.To(limits.MaxSwapBytes)}},
 		{name: "zero", key: claimB, share: Share{}},
 		{name: "empty key", key: "", wantErr: "is not a claim UID"},
 		{name: "path", key: "../" + claimA, wantErr: "is not a claim UID"},
@@ -118,12 +118,12 @@ func TestRecord(t *testing.T) {
 		{name: "index too large", key: claimA + ".10000", wantErr: "is not a claim UID"},
 		{name: "negative index", key: claimA + ".-1", wantErr: "is not a claim UID"},
 		{name: "suffix", key: claimA + ".json", wantErr: "is not a claim UID"},
-		{name: "negative limit", key: claimA, share: Share{SwapLimit: -1}, wantErr: "swap limit -1 out of range"},
-		{name: "limit too large", key: claimA, share: Share{SwapLimit: limits.MaxSwapBytes + 1}, wantErr: "out of range"},
-		{name: "high above limit", key: claimA, share: Share{SwapLimit: 10, SwapHigh: ptr.To[int64](11)}, wantErr: "swap high 11 out of range 0..10"},
-		{name: "negative high", key: claimA, share: Share{SwapLimit: 10, SwapHigh: ptr.To[int64](-1)}, wantErr: "swap high"},
-		{name: "swappiness", key: claimA, share: Share{SwapLimit: 10, Swappiness: ptr.To[uint64](101)}, wantErr: "swappiness 101"},
-		{name: "negative pod limit", key: claimA, share: Share{SwapLimit: 10, PodSwapLimit: ptr.To[int64](-1)}, wantErr: "pod swap limit"},
+		{name: "negative limit", key: claimA, share: Share{LimitBytes: -1}, wantErr: "swap limit -1 out of range"},
+		{name: "limit too large", key: claimA, share: Share{LimitBytes: limits.MaxSwapBytes + 1}, wantErr: "out of range"},
+		{name: "high above limit", key: claimA, share: Share{LimitBytes: 10, HighBytes: ptr.To[int64](11)}, wantErr: "swap high 11 out of range 0..10"},
+		{name: "negative high", key: claimA, share: Share{LimitBytes: 10, HighBytes: ptr.To[int64](-1)}, wantErr: "swap high"},
+		{name: "swappiness", key: claimA, share: Share{LimitBytes: 10, Swappiness: ptr.To[uint64](101)}, wantErr: "swappiness 101"},
+		{name: "negative pod limit", key: claimA, share: Share{LimitBytes: 10, PodLimitBytes: ptr.To[int64](-1)}, wantErr: "pod swap limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,12 +159,12 @@ func TestRecord(t *testing.T) {
 func TestRecordReplaces(t *testing.T) {
 	dir := t.TempDir()
 	for _, limit := range []int64{300, 100} {
-		if err := Record(dir, claimA, Share{SwapLimit: limit}); err != nil {
+		if err := Record(dir, claimA, Share{LimitBytes: limit}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	totals, err := Sum(dir)
-	if err != nil || totals.Shares != 1 || totals.Container.SwapLimit != 100 {
+	if err != nil || totals.Shares != 1 || totals.Container.LimitBytes != 100 {
 		t.Fatalf("Sum after replacing = %+v, %v; want one share of 100", totals, err)
 	}
 }
@@ -302,14 +302,14 @@ func TestSum(t *testing.T) {
 		wantErr string
 	}{
 		{name: "no shares", want: Totals{}},
-		{name: "one share", shares: map[string]Share{claimA: {SwapLimit: 300}},
-			want: Totals{Container: cgroupswap.Settings{SwapLimit: 300}, Shares: 1}},
-		{name: "limits add up", shares: map[string]Share{claimA: {SwapLimit: 300}, claimB + ".0": {SwapLimit: 100}, claimB + ".1": {SwapLimit: 50}},
-			want: Totals{Container: cgroupswap.Settings{SwapLimit: 450}, Shares: 3}},
-		{name: "swap.high counts the others at their limit", shares: map[string]Share{claimA: {SwapLimit: 100, SwapHigh: ptr.To[int64](80)}, claimB: {SwapLimit: 200}},
-			want: Totals{Container: cgroupswap.Settings{SwapLimit: 300, SwapHigh: ptr.To[int64](280)}, Shares: 2}},
-		{name: "swap.high of every share", shares: map[string]Share{claimA: {SwapLimit: 100, SwapHigh: ptr.To[int64](80)}, claimB: {SwapLimit: 200, SwapHigh: ptr.To[int64](0)}},
-			want: Totals{Container: cgroupswap.Settings{SwapLimit: 300, SwapHigh: ptr.To[int64](80)}, Shares: 2}},
+		{name: "one share", shares: map[string]Share{claimA: {LimitBytes: 300}},
+			want: Totals{Container: cgroupswap.Settings{LimitBytes: 300}, Shares: 1}},
+		{name: "limits add up", shares: map[string]Share{claimA: {LimitBytes: 300}, claimB + ".0": {LimitBytes: 100}, claimB + ".1": {LimitBytes: 50}},
+			want: Totals{Container: cgroupswap.Settings{LimitBytes: 450}, Shares: 3}},
+		{name: "swap.high counts the others at their limit", shares: map[string]Share{claimA: {LimitBytes: 100, HighBytes: ptr.To[int64](80)}, claimB: {LimitBytes: 200}},
+			want: Totals{Container: cgroupswap.Settings{LimitBytes: 300, HighBytes: ptr.To[int64](280)}, Shares: 2}},
+		{name: "swap.high of every share", shares: map[string]Share{claimA: {LimitBytes: 100, HighBytes: ptr.To[int64](80)}, claimB: {LimitBytes: 200, HighBytes: ptr.To[int64](0)}},
+			want: Totals{Container: cgroupswap.Settings{LimitBytes: 300, HighBytes: ptr.To[int64](80)}, Shares: 2}},
 		{name: "zswap off wins, first", shares: map[string]Share{claimA: {Zswap: ptr.To(false)}, claimB: {Zswap: ptr.To(true)}},
 			want: Totals{Container: cgroupswap.Settings{Zswap: ptr.To(false)}, Shares: 2}},
 		{name: "zswap off wins, last", shares: map[string]Share{claimA: {Zswap: ptr.To(true)}, claimB: {Zswap: ptr.To(false)}},
@@ -318,14 +318,14 @@ func TestSum(t *testing.T) {
 			want: Totals{Container: cgroupswap.Settings{Zswap: ptr.To(true)}, Shares: 2}},
 		{name: "lowest swappiness", shares: map[string]Share{claimA: {Swappiness: ptr.To[uint64](60)}, claimB: {Swappiness: ptr.To[uint64](10)}, claimB + ".2": {}},
 			want: Totals{Container: cgroupswap.Settings{Swappiness: ptr.To[uint64](10)}, Shares: 3}},
-		{name: "largest pod limit", shares: map[string]Share{claimA: {SwapLimit: 1, PodSwapLimit: ptr.To[int64](300)}, claimB: {SwapLimit: 2, PodSwapLimit: ptr.To[int64](100)}, claimB + ".1": {SwapLimit: 3}},
-			want: Totals{Container: cgroupswap.Settings{SwapLimit: 6}, PodSwapLimit: ptr.To[int64](300), Shares: 3}},
-		{name: "largest sum", shares: map[string]Share{claimA: {SwapLimit: limits.MaxSwapBytes - 1}, claimB: {SwapLimit: 1}},
-			want: Totals{Container: cgroupswap.Settings{SwapLimit: limits.MaxSwapBytes}, Shares: 2}},
-		{name: "other files are skipped", shares: map[string]Share{claimA: {SwapLimit: 7}},
+		{name: "largest pod limit", shares: map[string]Share{claimA: {LimitBytes: 1, PodLimitBytes: ptr.To[int64](300)}, claimB: {LimitBytes: 2, PodLimitBytes: ptr.To[int64](100)}, claimB + ".1": {LimitBytes: 3}},
+			want: Totals{Container: cgroupswap.Settings{LimitBytes: 6}, PodLimitBytes: ptr.To[int64](300), Shares: 3}},
+		{name: "largest sum", shares: map[string]Share{claimA: {LimitBytes: limits.MaxSwapBytes - 1}, claimB: {LimitBytes: 1}},
+			want: Totals{Container: cgroupswap.Settings{LimitBytes: limits.MaxSwapBytes}, Shares: 2}},
+		{name: "other files are skipped", shares: map[string]Share{claimA: {LimitBytes: 7}},
 			files: map[string]string{ContainerFile: `{"id":"x"}`, ".tmp-123": "{partial", "README": "x", claimB + ".json": "x", claimB + ".10000": "x", strings.ToUpper(claimB): "x"},
-			want:  Totals{Container: cgroupswap.Settings{SwapLimit: 7}, Shares: 1}},
-		{name: "sum too large", shares: map[string]Share{claimA: {SwapLimit: limits.MaxSwapBytes}, claimB: {SwapLimit: 1}}, wantErr: "add up to more than"},
+			want:  Totals{Container: cgroupswap.Settings{LimitBytes: 7}, Shares: 1}},
+		{name: "sum too large", shares: map[string]Share{claimA: {LimitBytes: limits.MaxSwapBytes}, claimB: {LimitBytes: 1}}, wantErr: "add up to more than"},
 		{name: "malformed share", files: map[string]string{claimA: "{"}, wantErr: "hook state"},
 		{name: "wrong type", files: map[string]string{claimA: `{"swapLimit":"1Gi"}`}, wantErr: "hook state"},
 		{name: "negative limit", files: map[string]string{claimA: `{"swapLimit":-1}`}, wantErr: "out of range"},
@@ -406,7 +406,7 @@ func TestRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Record(dir, claimA, Share{SwapLimit: 1}); err != nil {
+	if err := Record(dir, claimA, Share{LimitBytes: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := WriteContainer(dir, validContainer()); err != nil {
@@ -452,7 +452,7 @@ func TestPodSwapLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, l := range limits {
-			if err := Record(dir, ShareKey(claimA, i), Share{SwapLimit: l, PodSwapLimit: ptr.To(l)}); err != nil {
+			if err := Record(dir, ShareKey(claimA, i), Share{LimitBytes: l, PodLimitBytes: ptr.To(l)}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -239,7 +239,7 @@ func (s *claimStatuses) applyConfiguration(st *claimState) (*resourceapply.Resou
 	status := resourceapply.ResourceClaimStatus()
 	for _, r := range st.report.Results {
 		data := DeviceStatusData{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "SwapDeviceStatus",
-			SwapBytes: r.SwapBytes, AdminAccess: r.AdminAccess, Containers: r.Containers, PodSwapLimitBytes: st.report.PodSwapLimitBytes}
+			SwapBytes: r.LimitBytes, AdminAccess: r.AdminAccess, Containers: r.Containers, PodSwapLimitBytes: st.report.PodLimitBytes}
 		if st.report.Pod.Name != "" {
 			data.Pod = st.report.Pod.String()
 		}

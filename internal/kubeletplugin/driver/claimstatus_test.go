@@ -33,7 +33,7 @@ func TestClaimStatusConditions(t *testing.T) {
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
 	result := func(request string, admin bool) prepare.ResultReport {
 		r := prepare.ResultReport{Result: resourceapi.DeviceRequestAllocationResult{Request: request, Driver: "dra.swap", Pool: "node-a", Device: "swap",
-			ShareID: ptr.To(types.UID("share-" + request))}, SwapBytes: 100 << 20, AdminAccess: admin, Config: &v1alpha1.SwapConfig{}}
+			ShareID: ptr.To(types.UID("share-" + request))}, LimitBytes: 100 << 20, AdminAccess: admin, Config: &v1alpha1.SwapConfig{}}
 		if !admin {
 			r.Containers = map[string]int64{"a": 100 << 20, "b": 100 << 20}
 		}
@@ -88,7 +88,7 @@ func TestClaimStatusConditionBounded(t *testing.T) {
 	s := newClaimStatuses(nil, "dra.swap", "node-a", NewMetrics())
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
 	r := prepare.ResultReport{Result: resourceapi.DeviceRequestAllocationResult{Request: "swap", Driver: "dra.swap", Pool: "node-a", Device: "swap"},
-		SwapBytes: 100 << 20, Containers: map[string]int64{}}
+		LimitBytes: 100 << 20, Containers: map[string]int64{}}
 	for i := range 40 {
 		r.Containers[fmt.Sprintf("c%02d", i)] = 1 << 20
 	}
@@ -126,8 +126,8 @@ func TestClaimStatusWrites(t *testing.T) {
 	ctx := context.Background()
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
 	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{{
-		Result:    resourceapi.DeviceRequestAllocationResult{Request: "swap", Driver: "dra.swap", Pool: "node-a", Device: "swap"},
-		SwapBytes: 100 << 20, Containers: map[string]int64{"a": 100 << 20},
+		Result:     resourceapi.DeviceRequestAllocationResult{Request: "swap", Driver: "dra.swap", Pool: "node-a", Device: "swap"},
+		LimitBytes: 100 << 20, Containers: map[string]int64{"a": 100 << 20},
 	}}})
 	if n := s.queue.Len(); n != 0 {
 		t.Fatalf("%d claims queued at once after prepare, want none before the delay", n)

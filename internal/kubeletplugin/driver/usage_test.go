@@ -25,7 +25,7 @@ func TestClaimUsage(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, c := range claims {
-			if err := hookstate.Record(dir, hookstate.ShareKey(c, i), hookstate.Share{SwapLimit: 1 << 20}); err != nil {
+			if err := hookstate.Record(dir, hookstate.ShareKey(c, i), hookstate.Share{LimitBytes: 1 << 20}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -158,7 +158,7 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string, budge
 	}
 	if limit != nil {
 		podsDone[c.PodCgroupGroup] = true
-		podOutcome, err := v.hold(ctx, c, pod, true, cgroupswap.Settings{SwapLimit: *limit}, trigger)
+		podOutcome, err := v.hold(ctx, c, pod, true, cgroupswap.Settings{LimitBytes: *limit}, trigger)
 		switch {
 		case podOutcome == Failed:
 			return Failed, err
@@ -171,7 +171,7 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string, budge
 
 // hold reads one cgroup's swap limit and writes want back if it differs.
 func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgroupswap.Target, pod bool, want cgroupswap.Settings, trigger string) (Outcome, error) {
-	d := Drift{Container: c, Pod: pod, Want: want.SwapLimit, Trigger: trigger}
+	d := Drift{Container: c, Pod: pod, Want: want.LimitBytes, Trigger: trigger}
 	found, err := cgroupswap.ReadLimit(target.Version, target.Root, target.Group)
 	if err != nil {
 		if v.gone(target) {
@@ -181,7 +181,7 @@ func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgrou
 		v.Reporter.NotRestored(ctx, d, err)
 		return Failed, fmt.Errorf("%s: read its swap limit: %w", describe(target), err)
 	}
-	if found == want.SwapLimit {
+	if found == want.LimitBytes {
 		return Held, nil
 	}
 	d.Found = found
@@ -193,15 +193,15 @@ func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgrou
 		return Failed, err
 	}
 	after, err := cgroupswap.ReadLimit(target.Version, target.Root, target.Group)
-	if err == nil && after != want.SwapLimit {
-		err = fmt.Errorf("wrote %d but read back %d", want.SwapLimit, after)
+	if err == nil && after != want.LimitBytes {
+		err = fmt.Errorf("wrote %d but read back %d", want.LimitBytes, after)
 	}
 	if err != nil {
 		v.Reporter.NotRestored(ctx, d, err)
 		return Failed, fmt.Errorf("%s: %w", describe(target), err)
 	}
 	klog.FromContext(ctx).Info("Swap limit restored", "container", c.String(), "containerID", c.ID, "podBudget", pod,
-		"found", found, "wrote", want.SwapLimit, "trigger", trigger)
+		"found", found, "wrote", want.LimitBytes, "trigger", trigger)
 	v.Reporter.Restored(ctx, d)
 	return Restored, nil
 }

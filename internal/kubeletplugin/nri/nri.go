@@ -257,7 +257,7 @@ func (h *handler) UpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *a
 	if err != nil || totals.Shares == 0 {
 		return nil, nil
 	}
-	return []*api.ContainerUpdate{UpdateFor(h.p.CgroupVersion, ctr.GetId(), totals.Container.SwapLimit, res)}, nil
+	return []*api.ContainerUpdate{UpdateFor(h.p.CgroupVersion, ctr.GetId(), totals.Container.LimitBytes, res)}, nil
 }
 
 func (h *handler) PostUpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *api.Container) error {
@@ -294,10 +294,10 @@ func SwapFromHooks(hookPath, podUID string, hooks *api.Hooks) (total int64, n in
 		if req.PodUID != "" && req.PodUID != podUID {
 			return 0, 0, errOtherPod
 		}
-		if total > limits.MaxSwapBytes-req.Share.SwapLimit {
+		if total > limits.MaxSwapBytes-req.Share.LimitBytes {
 			return 0, 0, fmt.Errorf("hook %s: swap limits overflow", hookPath)
 		}
-		total += req.Share.SwapLimit
+		total += req.Share.LimitBytes
 		n++
 	}
 	return total, n, nil

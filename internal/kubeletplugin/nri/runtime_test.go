@@ -62,7 +62,7 @@ func TestWithTheRuntimeSide(t *testing.T) {
 	if err := hookstate.WriteContainer(ctrDir, hookstate.Container{ID: "ctr", CgroupVersion: 2, CgroupGroup: "/kubepods/pod1/ctr"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := hookstate.Record(ctrDir, uidA, hookstate.Share{SwapLimit: 100 * mi}); err != nil {
+	if err := hookstate.Record(ctrDir, uidA, hookstate.Share{LimitBytes: 100 * mi}); err != nil {
 		t.Fatal(err)
 	}
 

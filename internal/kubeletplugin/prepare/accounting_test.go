@@ -366,7 +366,7 @@ func TestPrepareAnswersAsRecorded(t *testing.T) {
 	ctx := testContext(t)
 	e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"swap"}}, "swap")
 	claim := newClaim(uidA, "swap", 100*mi)
-	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidA, Devices: []cdi.DeviceEdits{{ResultIndex: 0, SwapLimitBytes: 100 * mi, EnvBytes: 100 * mi}}}); err != nil {
+	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidA, Devices: []cdi.DeviceEdits{{ResultIndex: 0, LimitBytes: 100 * mi, EnvLimitBytes: 100 * mi}}}); err != nil {
 		t.Fatal(err)
 	}
 	old := "dra.swap/swap=" + uidA

@@ -22,10 +22,10 @@ type resultPlan struct {
 	// result's CDI device and the hook's record of its share.
 	index  int
 	result resourceapi.DeviceRequestAllocationResult
-	// bytes is the swap the result grants: its consumed capacity, or 0
-	// for an admin-access result, which the scheduler does not charge.
-	bytes int64
-	admin bool
+	// limitBytes is the swap the result grants: its consumed capacity, or
+	// 0 for an admin-access result, which the scheduler does not charge.
+	limitBytes int64
+	admin      bool
 	// config is the SwapConfig that applies to the result.
 	config *v1alpha1.SwapConfig
 }
@@ -70,8 +70,8 @@ func (m *Manager) plan(claim *resourceapi.ResourceClaim) (*claimPlan, error) {
 		if err != nil {
 			return nil, err
 		}
-		rp.bytes, rp.config = b, config
-		plan.bytes += b
+		rp.limitBytes, rp.config = b, config
+		plan.limitBytes += b
 		plan.results = append(plan.results, rp)
 	}
 	if len(plan.results) == 0 {

@@ -126,8 +126,8 @@ type share struct {
 	// request is the claim's request the result belongs to; "" when not
 	// known (a claim prepared by an earlier call of release v0.1.0, whose
 	// only device stands for the whole claim).
-	request string
-	bytes   int64
+	request    string
+	limitBytes int64
 }
 
 // key identifies the share among a pod's.
@@ -144,7 +144,7 @@ func sharesFrom(namespace string, batch map[string]*claimPlan, cp *checkpoint.Ch
 		if plan, ok := batch[name]; ok {
 			var out []share
 			for _, r := range plan.results {
-				out = append(out, share{claim: name, index: r.index, request: r.request(), bytes: r.bytes})
+				out = append(out, share{claim: name, index: r.index, request: r.request(), limitBytes: r.limitBytes})
 			}
 			return out
 		}
@@ -167,13 +167,13 @@ func sharesFrom(namespace string, batch map[string]*claimPlan, cp *checkpoint.Ch
 func recordedShares(uid types.UID, c checkpoint.ClaimInfo) []share {
 	if len(c.Devices) == 1 {
 		d := c.Devices[0]
-		s := share{claim: c.Name, index: resultIndexOf(uid, d.CDIDeviceIDs), bytes: c.SwapBytes}
+		s := share{claim: c.Name, index: resultIndexOf(uid, d.CDIDeviceIDs), limitBytes: c.SwapBytes}
 		if len(d.Requests) == 1 {
 			s.request = resourceclaim.BaseRequestRef(d.Requests[0])
 		}
 		return []share{s}
 	}
-	return []share{{claim: c.Name, index: -1, bytes: c.SwapBytes}}
+	return []share{{claim: c.Name, index: -1, limitBytes: c.SwapBytes}}
 }
 
 // resultIndexOf reads the result index out of the claim's CDI device ID;
@@ -274,7 +274,7 @@ func namedContainerShares(pod *corev1.Pod, sharesOf shareSource) []containerUse 
 func sum(shares []share) int64 {
 	var total int64
 	for _, s := range shares {
-		total += s.bytes
+		total += s.limitBytes
 	}
 	return total
 }

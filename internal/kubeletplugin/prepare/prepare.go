@@ -97,16 +97,16 @@ type ClaimReport struct {
 	Claim *resourceapi.ResourceClaim
 	// Pod is the pod the claim is granted to.
 	Pod types.NamespacedName
-	// PodSwapLimitBytes is the pod's swap budget, when it has one.
-	PodSwapLimitBytes *int64
-	Results           []ResultReport
+	// PodLimitBytes is the pod's swap budget, when it has one.
+	PodLimitBytes *int64
+	Results       []ResultReport
 }
 
 // ResultReport is what one allocation result grants.
 type ResultReport struct {
 	Result resourceapi.DeviceRequestAllocationResult
-	// SwapBytes is what the result grants (0 with admin access).
-	SwapBytes   int64
+	// LimitBytes is what the result grants (0 with admin access).
+	LimitBytes  int64
 	AdminAccess bool
 	// Config is the SwapConfig that took effect.
 	Config *v1alpha1.SwapConfig
@@ -200,8 +200,8 @@ type claimPlan struct {
 	claim *resourceapi.ResourceClaim
 	// results are the claim's allocation results of this driver.
 	results []resultPlan
-	// bytes is the swap the claim grants: what the scheduler charged.
-	bytes int64
+	// limitBytes is the swap the claim grants: what the scheduler charged.
+	limitBytes int64
 	// pods are the pods in the claim's reservedFor that exist, in that
 	// order: the first is the one the claim is granted to.
 	pods []*corev1.Pod
@@ -290,7 +290,7 @@ func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceCla
 			fail(claim, err)
 			continue
 		}
-		logger.V(2).Info("Prepared swap claim", "claim", klog.KObj(claim), "uid", claim.UID, "swapBytes", plan.bytes)
+		logger.V(2).Info("Prepared swap claim", "claim", klog.KObj(claim), "uid", claim.UID, "swapBytes", plan.limitBytes)
 		results[claim.UID] = kubeletplugin.PrepareResult{Devices: prepared[claim.UID]}
 		m.tellAdminAccess(plan)
 		if m.opts.Prepared != nil {
@@ -356,10 +356,10 @@ func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *cl
 	}
 	var envBytes int64
 	if len(edits.Devices) > 0 {
-		envBytes = edits.Devices[0].EnvBytes
+		envBytes = edits.Devices[0].EnvLimitBytes
 	}
 	cp.Claims[claim.UID] = checkpoint.ClaimInfo{
-		Namespace: claim.Namespace, Name: claim.Name, SwapBytes: plan.bytes, EnvBytes: envBytes, Devices: saved,
+		Namespace: claim.Namespace, Name: claim.Name, SwapBytes: plan.limitBytes, EnvBytes: envBytes, Devices: saved,
 	}
 	return devices, !wasPrepared, report, nil
 }
@@ -378,7 +378,7 @@ func recordedDevices(info checkpoint.ClaimInfo) []kubeletplugin.Device {
 // the scheduler allocated the claim, or claims the scheduler no longer
 // counts (a force-deleted pod's) are still held until they are unprepared.
 func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
-	if m.opts.Offer == nil || plan.bytes == 0 {
+	if m.opts.Offer == nil || plan.limitBytes == 0 {
 		return nil
 	}
 	offer := m.opts.Offer()
@@ -386,7 +386,7 @@ func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
 		return nil
 	}
 	_, prepared := totals(cp)
-	if prepared+plan.bytes <= offer {
+	if prepared+plan.limitBytes <= offer {
 		return nil
 	}
 	// Held more than offered: the offer shrank after they were prepared.
@@ -402,7 +402,7 @@ func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
 			"is granted once enough held claims are unprepared"
 	}
 	return fmt.Errorf("the node offers %s of swap and the claims prepared on it hold %s, so the %s allocated to this claim does not fit now: %s",
-		quantity(offer), quantity(prepared), quantity(plan.bytes), cause)
+		quantity(offer), quantity(prepared), quantity(plan.limitBytes), cause)
 }
 
 func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
@@ -430,20 +430,20 @@ func (m *Manager) edits(ctx context.Context, cp *checkpoint.Checkpoint, plan *cl
 			klog.FromContext(ctx).Info("Claim reaches containers with different swap totals; their DRA_SWAP_LIMIT_BYTES shows the claim's own limit",
 				"claim", klog.KObj(claim), "pod", klog.KObj(pod), "shares", conflicts)
 		}
-		edits.PodSwapLimitBytes = pt.budget
-		report.PodSwapLimitBytes = pt.budget
+		edits.PodLimitBytes = pt.budget
+		report.PodLimitBytes = pt.budget
 	}
 	for _, r := range plan.results {
-		d := cdi.DeviceEdits{ResultIndex: r.index, AdminAccess: r.admin, SwapLimitBytes: r.bytes, EnvBytes: r.bytes}
+		d := cdi.DeviceEdits{ResultIndex: r.index, AdminAccess: r.admin, LimitBytes: r.limitBytes, EnvLimitBytes: r.limitBytes}
 		key := share{claim: claim.Name, index: r.index}.key()
 		if env, ok := pt.env[key]; ok {
-			d.EnvBytes = env
+			d.EnvLimitBytes = env
 		}
-		report.Results = append(report.Results, ResultReport{Result: r.result, SwapBytes: r.bytes, AdminAccess: r.admin, Config: r.config, Containers: pt.containers[key]})
+		report.Results = append(report.Results, ResultReport{Result: r.result, LimitBytes: r.limitBytes, AdminAccess: r.admin, Config: r.config, Containers: pt.containers[key]})
 		if !r.admin {
 			if p := r.config.SwapHighPercent; p != nil {
-				high := r.bytes * int64(*p) / 100
-				d.SwapHighBytes = &high
+				high := r.limitBytes * int64(*p) / 100
+				d.HighBytes = &high
 			}
 			switch r.config.Zswap {
 			case v1alpha1.ZswapEnabled:

@@ -625,7 +625,7 @@ func TestContainerTotalsInitContainersAndDirectClaims(t *testing.T) {
 	}}
 	got := containerShares(p, func(name string) []share {
 		if name == "real-claim" {
-			return []share{{claim: name, index: 0, request: "swap", bytes: 5}}
+			return []share{{claim: name, index: 0, request: "swap", limitBytes: 5}}
 		}
 		return nil
 	})
@@ -717,7 +717,7 @@ func TestRemoveOrphanSpecs(t *testing.T) {
 	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{newClaim(uidA, "swap", 300*mi)})[uidA]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidB, Devices: []cdi.DeviceEdits{{SwapLimitBytes: mi, EnvBytes: mi}}}); err != nil {
+	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidB, Devices: []cdi.DeviceEdits{{LimitBytes: mi, EnvLimitBytes: mi}}}); err != nil {
 		t.Fatal(err)
 	}
 	other := filepath.Join(e.specDir, "vendor.example-gpu_"+uidB+".json")
