@@ -14,6 +14,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 // The CDI specs of prepared claims outlive the plugin that wrote them: after
@@ -55,8 +56,8 @@ var goldenEdits = ClaimEdits{
 	PodUID:        goldenPodUID,
 	PodLimitBytes: ptr.To[int64](3 << 29),
 	Devices: []DeviceEdits{
-		{ResultIndex: 0, LimitBytes: 1 << 30, EnvLimitBytes: 3 << 29, HighBytes: ptr.To[int64](858993459), Zswap: ZswapOff, Swappiness: ptr.To[int64](10)},
-		{ResultIndex: 1, LimitBytes: 1 << 29, EnvLimitBytes: 1 << 29},
+		{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}, EnvLimitBytes: 3 << 29},
+		{ResultIndex: 1, Settings: swapsettings.Settings{LimitBytes: 1 << 29}, EnvLimitBytes: 1 << 29},
 		{ResultIndex: 2, AdminAccess: true},
 	},
 }
@@ -86,11 +87,9 @@ var releasedSpecs = []struct {
 	{
 		file: "v0.1.0-spec.json",
 		devices: []releasedDevice{{
-			name: goldenUID,
-			env:  "DRA_SWAP_LIMIT_BYTES=1610612736",
-			apply: parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: -1, Share: hookstate.Share{
-				LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10),
-			}}},
+			name:    goldenUID,
+			env:     "DRA_SWAP_LIMIT_BYTES=1610612736",
+			apply:   parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: -1, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}}}},
 			cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
 		}},
 	},
@@ -98,19 +97,15 @@ var releasedSpecs = []struct {
 		file: "v0.2.0-spec.json",
 		devices: []releasedDevice{
 			{
-				name: goldenUID + "-0",
-				env:  "DRA_SWAP_LIMIT_BYTES=1610612736",
-				apply: parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 0, PodUID: goldenPodUID, Share: hookstate.Share{
-					LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10), PodLimitBytes: ptr.To[int64](3 << 29),
-				}}},
+				name:    goldenUID + "-0",
+				env:     "DRA_SWAP_LIMIT_BYTES=1610612736",
+				apply:   parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 0, PodUID: goldenPodUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}, PodLimitBytes: ptr.To[int64](3 << 29)}}},
 				cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
 			},
 			{
-				name: goldenUID + "-1",
-				env:  "DRA_SWAP_LIMIT_BYTES=536870912",
-				apply: parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 1, PodUID: goldenPodUID, Share: hookstate.Share{
-					LimitBytes: 1 << 29, PodLimitBytes: ptr.To[int64](3 << 29),
-				}}},
+				name:    goldenUID + "-1",
+				env:     "DRA_SWAP_LIMIT_BYTES=536870912",
+				apply:   parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 1, PodUID: goldenPodUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 29}, PodLimitBytes: ptr.To[int64](3 << 29)}}},
 				cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
 			},
 			{name: goldenUID + "-2", env: "DRA_SWAP_ADMIN_ACCESS=true"},
@@ -197,7 +192,7 @@ func show(p parsed) string {
 	s := p.req.Share
 	return fmt.Sprintf("{cleanup:%v claim:%s result:%d pod:%s stateDir:%s procRoot:%s cgroupRoot:%s limit:%d high:%s zswap:%s swappiness:%s podLimit:%s}",
 		p.req.Cleanup, p.req.ClaimUID, p.req.ResultIndex, p.req.PodUID, p.cfg.StateDir, p.cfg.ProcRoot, p.cfg.CgroupRoot,
-		s.LimitBytes, deref(s.HighBytes), deref(s.Zswap), deref(s.Swappiness), deref(s.PodLimitBytes))
+		s.LimitBytes, deref(s.HighBytes), s.Zswap, deref(s.Swappiness), deref(s.PodLimitBytes))
 }
 
 func deref[T any](p *T) string {
@@ -251,14 +246,14 @@ func TestWriterOutputParses(t *testing.T) {
 		edits ClaimEdits
 		want  hook.Request
 	}{
-		{name: "limit only", edits: ClaimEdits{ClaimUID: goldenUID, Devices: []DeviceEdits{{ResultIndex: 0, LimitBytes: 5 << 20, EnvLimitBytes: 5 << 20}}},
-			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{LimitBytes: 5 << 20}}},
+		{name: "limit only", edits: ClaimEdits{ClaimUID: goldenUID, Devices: []DeviceEdits{{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 5 << 20}, EnvLimitBytes: 5 << 20}}},
+			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 5 << 20}}}},
 		{name: "every knob", edits: ClaimEdits{ClaimUID: goldenUID, Devices: goldenEdits.Devices[:1]},
-			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](10)}}},
+			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}}}},
 		{name: "zswap on, zero swappiness, pod and budget", edits: ClaimEdits{ClaimUID: goldenUID, PodUID: goldenPodUID, PodLimitBytes: ptr.To[int64](7),
-			Devices: []DeviceEdits{{ResultIndex: 5, LimitBytes: 1, EnvLimitBytes: 1, Zswap: ZswapOn, Swappiness: ptr.To[int64](0)}}},
+			Devices: []DeviceEdits{{ResultIndex: 5, Settings: swapsettings.Settings{LimitBytes: 1, Zswap: swapsettings.ZswapOn, Swappiness: ptr.To[uint64](0)}, EnvLimitBytes: 1}}},
 			want: hook.Request{ClaimUID: goldenUID, ResultIndex: 5, PodUID: goldenPodUID,
-				Share: hookstate.Share{LimitBytes: 1, Zswap: ptr.To(true), Swappiness: ptr.To[uint64](0), PodLimitBytes: ptr.To[int64](7)}}},
+				Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1, Zswap: swapsettings.ZswapOn, Swappiness: ptr.To[uint64](0)}, PodLimitBytes: ptr.To[int64](7)}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,13 +1,17 @@
 // Package cdi writes and removes the per-claim transient CDI specs through
 // which the dra.swap driver reaches containers: an environment variable with
 // the container's swap limit and OCI hooks that apply it to the container's
-// cgroup. Everything that ends up in a hook's arguments is a number formatted
-// here or a value validated here, never text taken from a claim.
+// cgroup. The hooks' arguments are internal/hook.FormatArgs of the device's
+// swapsettings.Settings and of values validated here, never text taken from
+// a claim.
 package cdi
 
 import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 
 	"errors"
 	"fmt"
@@ -31,15 +35,6 @@ const (
 	// HookTimeoutSeconds bounds each hook run; a hook that hangs fails
 	// the container start instead of blocking it forever.
 	HookTimeoutSeconds = 10
-)
-
-// ZswapMode is the hook's --zswap argument; empty leaves zswap alone.
-type ZswapMode string
-
-const (
-	ZswapUnchanged ZswapMode = ""
-	ZswapOn        ZswapMode = "on"
-	ZswapOff       ZswapMode = "off"
 )
 
 // ClaimEdits is what one prepared claim does to the containers it reaches:
@@ -69,19 +64,13 @@ type DeviceEdits struct {
 	// scheduler does not charge: the device grants no swap and only sets
 	// EnvAdminAccess.
 	AdminAccess bool
-	// LimitBytes is the swap this result grants (its consumed
-	// capacity), applied by the hook. Several shares on one container add
-	// up in the hook.
-	LimitBytes int64
-	// EnvLimitBytes is the value of DRA_SWAP_LIMIT_BYTES: the total swap limit
-	// of the containers the result reaches.
+	// Settings are what the result grants each container it reaches (its
+	// consumed capacity as LimitBytes), applied by the hook. Several
+	// shares on one container add up in the hook.
+	swapsettings.Settings
+	// EnvLimitBytes is the value of DRA_SWAP_LIMIT_BYTES: the total swap
+	// limit of the containers the result reaches.
 	EnvLimitBytes int64
-	// HighBytes, if set, becomes cgroup v2 memory.swap.high.
-	HighBytes *int64
-	// Zswap toggles cgroup v2 memory.zswap.max.
-	Zswap ZswapMode
-	// Swappiness, if set, becomes cgroup v1 memory.swappiness.
-	Swappiness *int64
 }
 
 // Writer writes transient CDI specs for claims into one directory.
@@ -180,34 +169,18 @@ func (w *Writer) Spec(edits ClaimEdits) (*cdispec.Spec, error) {
 	return spec, nil
 }
 
+// applyArgs is the createRuntime hook's argv: the program name, then the
+// hook's request for the device's share.
 func (w *Writer) applyArgs(e ClaimEdits, d DeviceEdits) []string {
-	args := []string{
-		filepath.Base(w.hookPath),
-		"--swap-limit=" + strconv.FormatInt(d.LimitBytes, 10),
-		"--claim-uid=" + e.ClaimUID,
-		"--state-dir=" + w.hookStateDir,
-	}
-	if d.HighBytes != nil {
-		args = append(args, "--swap-high="+strconv.FormatInt(*d.HighBytes, 10))
-	}
-	if d.Zswap != ZswapUnchanged {
-		args = append(args, "--zswap="+string(d.Zswap))
-	}
-	if d.Swappiness != nil {
-		args = append(args, "--swappiness="+strconv.FormatInt(*d.Swappiness, 10))
-	}
-	args = append(args, "--result-index="+strconv.Itoa(d.ResultIndex))
-	if e.PodUID != "" {
-		args = append(args, "--pod-uid="+e.PodUID)
-	}
-	if e.PodLimitBytes != nil {
-		args = append(args, "--pod-swap-limit="+strconv.FormatInt(*e.PodLimitBytes, 10))
-	}
-	return args
+	req := hook.Request{ClaimUID: e.ClaimUID, ResultIndex: d.ResultIndex, PodUID: e.PodUID,
+		Share: hookstate.Share{Settings: d.Settings, PodLimitBytes: e.PodLimitBytes}}
+	return append([]string{filepath.Base(w.hookPath)}, hook.FormatArgs(hook.SpecConfig(w.hookStateDir), req)...)
 }
 
+// cleanupArgs is the poststop hook's argv.
 func (w *Writer) cleanupArgs(e ClaimEdits) []string {
-	return []string{filepath.Base(w.hookPath), "--cleanup", "--claim-uid=" + e.ClaimUID, "--state-dir=" + w.hookStateDir}
+	req := hook.Request{Cleanup: true, ClaimUID: e.ClaimUID, ResultIndex: -1}
+	return append([]string{filepath.Base(w.hookPath)}, hook.FormatArgs(hook.SpecConfig(w.hookStateDir), req)...)
 }
 
 func (e ClaimEdits) validate() error {
@@ -237,21 +210,10 @@ func (e ClaimEdits) validate() error {
 }
 
 func (d DeviceEdits) validate() error {
-	if d.LimitBytes < 0 || d.EnvLimitBytes < 0 {
-		return fmt.Errorf("negative swap limit (%d, env %d)", d.LimitBytes, d.EnvLimitBytes)
+	if d.EnvLimitBytes < 0 {
+		return fmt.Errorf("negative %s %d", v1alpha1.EnvSwapLimit, d.EnvLimitBytes)
 	}
-	if d.HighBytes != nil && (*d.HighBytes < 0 || *d.HighBytes > d.LimitBytes) {
-		return fmt.Errorf("swap high %d outside 0..%d", *d.HighBytes, d.LimitBytes)
-	}
-	switch d.Zswap {
-	case ZswapUnchanged, ZswapOn, ZswapOff:
-	default:
-		return fmt.Errorf("zswap mode %q", d.Zswap)
-	}
-	if d.Swappiness != nil && (*d.Swappiness < 0 || *d.Swappiness > 100) {
-		return fmt.Errorf("swappiness %d outside 0..100", *d.Swappiness)
-	}
-	return nil
+	return d.Settings.Validate()
 }
 
 // Write atomically writes (or replaces) the claim's spec; the CDI device

@@ -12,6 +12,9 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"k8s.io/utils/ptr"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const uid = "0f5d1a7e-3b0c-4c55-9d8e-1c2b3a4d5e6f"
@@ -48,26 +51,25 @@ func TestSpecContent(t *testing.T) {
 	}{
 		{
 			name:  "limit only",
-			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, LimitBytes: 2 << 30, EnvLimitBytes: 2 << 30}}},
+			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 2 << 30}, EnvLimitBytes: 2 << 30}}},
 			want:  []device{{name: uid + "-0", env: []string{"DRA_SWAP_LIMIT_BYTES=2147483648"}, apply: apply(2<<30, "--result-index=0")}},
 		},
 		{
 			name:  "env is the container total",
-			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, LimitBytes: 1 << 20, EnvLimitBytes: 3 << 20}}},
+			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 1 << 20}, EnvLimitBytes: 3 << 20}}},
 			want:  []device{{name: uid + "-0", env: []string{"DRA_SWAP_LIMIT_BYTES=3145728"}, apply: apply(1<<20, "--result-index=0")}},
 		},
 		{
-			name: "all knobs",
-			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, LimitBytes: 100 << 20, EnvLimitBytes: 100 << 20,
-				HighBytes: ptr.To[int64](80 << 20), Zswap: ZswapOff, Swappiness: ptr.To[int64](0)}}},
+			name:  "all knobs",
+			edits: ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 100 << 20, HighBytes: ptr.To[int64](80 << 20), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](0)}, EnvLimitBytes: 100 << 20}}},
 			want: []device{{name: uid + "-0", env: []string{"DRA_SWAP_LIMIT_BYTES=104857600"},
 				apply: apply(100<<20, "--swap-high=83886080", "--zswap=off", "--swappiness=0", "--result-index=0")}},
 		},
 		{
 			name: "one device per result, the pod and its budget on each",
 			edits: ClaimEdits{ClaimUID: uid, PodUID: podUID, PodLimitBytes: ptr.To[int64](300 << 20), Devices: []DeviceEdits{
-				{ResultIndex: 0, LimitBytes: 100 << 20, EnvLimitBytes: 100 << 20},
-				{ResultIndex: 2, LimitBytes: 200 << 20, EnvLimitBytes: 300 << 20},
+				{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 100 << 20}, EnvLimitBytes: 100 << 20},
+				{ResultIndex: 2, Settings: swapsettings.Settings{LimitBytes: 200 << 20}, EnvLimitBytes: 300 << 20},
 				{ResultIndex: 3, AdminAccess: true},
 			}},
 			want: []device{
@@ -137,10 +139,12 @@ func TestSpecRejectsBadEdits(t *testing.T) {
 		"no devices":        {ClaimUID: uid},
 		"repeated index":    {ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 1}, {ResultIndex: 1}}},
 		"negative index":    {ClaimUID: uid, Devices: one(DeviceEdits{ResultIndex: -1})},
-		"negative limit":    {ClaimUID: uid, Devices: one(DeviceEdits{LimitBytes: -1})},
-		"high above limit":  {ClaimUID: uid, Devices: one(DeviceEdits{LimitBytes: 10, HighBytes: ptr.To[int64](11)})},
-		"bad zswap":         {ClaimUID: uid, Devices: one(DeviceEdits{Zswap: "--x"})},
-		"swappiness 101":    {ClaimUID: uid, Devices: one(DeviceEdits{Swappiness: ptr.To[int64](101)})},
+		"negative limit":    {ClaimUID: uid, Devices: one(DeviceEdits{Settings: swapsettings.Settings{LimitBytes: -1}})},
+		"high above limit":  {ClaimUID: uid, Devices: one(DeviceEdits{Settings: swapsettings.Settings{LimitBytes: 10, HighBytes: ptr.To[int64](11)}})},
+		"bad zswap":         {ClaimUID: uid, Devices: one(DeviceEdits{Settings: swapsettings.Settings{Zswap: 3}})},
+		"limit too large":   {ClaimUID: uid, Devices: one(DeviceEdits{Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes + 1}})},
+		"negative env":      {ClaimUID: uid, Devices: one(DeviceEdits{EnvLimitBytes: -1})},
+		"swappiness 101":    {ClaimUID: uid, Devices: one(DeviceEdits{Settings: swapsettings.Settings{Swappiness: ptr.To[uint64](101)}})},
 	} {
 		if _, err := w.Spec(e); err == nil {
 			t.Errorf("%s: Spec accepted %+v", name, e)
@@ -198,8 +202,8 @@ func TestNewWriterRejectsRelativePaths(t *testing.T) {
 func TestWriteInjectRemove(t *testing.T) {
 	w, dir := newTestWriter(t)
 	edits := ClaimEdits{ClaimUID: uid, Devices: []DeviceEdits{
-		{ResultIndex: 0, LimitBytes: 300 << 20, EnvLimitBytes: 300 << 20},
-		{ResultIndex: 1, LimitBytes: 100 << 20, EnvLimitBytes: 100 << 20},
+		{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 300 << 20}, EnvLimitBytes: 300 << 20},
+		{ResultIndex: 1, Settings: swapsettings.Settings{LimitBytes: 100 << 20}, EnvLimitBytes: 100 << 20},
 	}}
 	if err := w.Write(edits); err != nil {
 		t.Fatal(err)

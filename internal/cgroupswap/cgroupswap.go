@@ -16,6 +16,8 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 // unlimitedV1 is the smallest value cgroup v1 reports for "no limit"
@@ -46,25 +48,16 @@ func (t Target) what() string {
 	return "container " + t.Container
 }
 
-// Settings are the values to apply.
-type Settings struct {
-	// LimitBytes is the container's swap limit in bytes.
-	LimitBytes int64
-	// HighBytes sets cgroup v2 memory.swap.high.
-	HighBytes *int64
-	// Zswap sets cgroup v2 memory.zswap.max to max (true) or 0 (false).
-	Zswap *bool
-	// Swappiness sets cgroup v1 memory.swappiness.
-	Swappiness *uint64
-}
-
 // Apply writes s into the target's cgroup.
-func Apply(t Target, s Settings) error {
+func Apply(t Target, s swapsettings.Settings) error {
 	if s.LimitBytes < 0 {
 		return fmt.Errorf("%s: negative swap limit %d", t.what(), s.LimitBytes)
 	}
 	if !strings.HasPrefix(t.Group, "/") || strings.Contains(t.Group, "..") {
 		return fmt.Errorf("%s: cgroup path %q is not an absolute path within the hierarchy", t.what(), t.Group)
+	}
+	if !s.Zswap.Valid() {
+		return fmt.Errorf("%s: zswap %s is none of unchanged, on and off", t.what(), s.Zswap)
 	}
 	switch t.Version {
 	case 1:
@@ -75,8 +68,8 @@ func Apply(t Target, s Settings) error {
 	return fmt.Errorf("%s: unknown cgroup version %d", t.what(), t.Version)
 }
 
-func applyV1(t Target, s Settings) error {
-	if s.HighBytes != nil || s.Zswap != nil {
+func applyV1(t Target, s swapsettings.Settings) error {
+	if s.HighBytes != nil || s.Zswap != swapsettings.ZswapUnchanged {
 		return fmt.Errorf("%s: memory.swap.high and memory.zswap.max exist only on cgroup v2", t.what())
 	}
 	mem := cgroup1.NewMemory(t.Root)
@@ -115,7 +108,7 @@ func podHint(t Target) string {
 	return ""
 }
 
-func applyV2(t Target, s Settings) error {
+func applyV2(t Target, s swapsettings.Settings) error {
 	if s.Swappiness != nil {
 		return fmt.Errorf("%s: cgroup v2 has no per-cgroup swappiness", t.what())
 	}
@@ -141,10 +134,10 @@ func applyV2(t Target, s Settings) error {
 			return fmt.Errorf("%s: %w", t.what(), err)
 		}
 	}
-	if s.Zswap != nil {
-		value := "0"
-		if *s.Zswap {
-			value = "max"
+	if s.Zswap != swapsettings.ZswapUnchanged {
+		value := "max"
+		if s.Zswap == swapsettings.ZswapOff {
+			value = "0"
 		}
 		if err := writeFile(filepath.Join(dir, "memory.zswap.max"), value); err != nil {
 			return fmt.Errorf("%s: %w (zswap control needs Linux 5.19 or later)", t.what(), err)

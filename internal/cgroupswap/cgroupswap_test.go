@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"k8s.io/utils/ptr"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const group = "/kubepods/burstable/pod1/ctr1"
@@ -56,17 +58,18 @@ func TestApplyV1(t *testing.T) {
 	tests := []struct {
 		name       string
 		memLimit   string
-		settings   Settings
+		settings   swapsettings.Settings
 		wantMemsw  string
 		wantSwappy string
 		wantErr    string
 	}{
-		{name: "limit added to memory", memLimit: "134217728", settings: Settings{LimitBytes: 314572800}, wantMemsw: "448790528", wantSwappy: "60"},
-		{name: "zero swap", memLimit: "134217728", settings: Settings{LimitBytes: 0}, wantMemsw: "134217728", wantSwappy: "60"},
-		{name: "swappiness", memLimit: "134217728", settings: Settings{LimitBytes: 1 << 20, Swappiness: ptr.To[uint64](5)}, wantMemsw: "135266304", wantSwappy: "5"},
-		{name: "no memory limit", memLimit: "9223372036854771712", settings: Settings{LimitBytes: 1 << 20}, wantErr: "container ns/pod/c has no memory limit"},
-		{name: "overflow", memLimit: "4611686018427387000", settings: Settings{LimitBytes: math.MaxInt64 - 1000}, wantErr: "overflows"},
-		{name: "v2 knob", memLimit: "134217728", settings: Settings{HighBytes: ptr.To[int64](1)}, wantErr: "only on cgroup v2"},
+		{name: "limit added to memory", memLimit: "134217728", settings: swapsettings.Settings{LimitBytes: 314572800}, wantMemsw: "448790528", wantSwappy: "60"},
+		{name: "zero swap", memLimit: "134217728", settings: swapsettings.Settings{LimitBytes: 0}, wantMemsw: "134217728", wantSwappy: "60"},
+		{name: "swappiness", memLimit: "134217728", settings: swapsettings.Settings{LimitBytes: 1 << 20, Swappiness: ptr.To[uint64](5)}, wantMemsw: "135266304", wantSwappy: "5"},
+		{name: "no memory limit", memLimit: "9223372036854771712", settings: swapsettings.Settings{LimitBytes: 1 << 20}, wantErr: "container ns/pod/c has no memory limit"},
+		{name: "overflow", memLimit: "4611686018427387000", settings: swapsettings.Settings{LimitBytes: math.MaxInt64 - 1000}, wantErr: "overflows"},
+		{name: "v2 knob", memLimit: "134217728", settings: swapsettings.Settings{HighBytes: ptr.To[int64](1)}, wantErr: "only on cgroup v2"},
+		{name: "v2 zswap", memLimit: "134217728", settings: swapsettings.Settings{Zswap: swapsettings.ZswapOff}, wantErr: "only on cgroup v2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,7 +106,7 @@ func TestApplyV1(t *testing.T) {
 func TestApplyV1WithoutSwapAccounting(t *testing.T) {
 	root, dir := v1Tree(t, "134217728")
 	os.Remove(filepath.Join(dir, "memory.memsw.limit_in_bytes"))
-	err := Apply(Target{Version: 1, Root: root, Group: group, Container: "c"}, Settings{LimitBytes: 1})
+	err := Apply(Target{Version: 1, Root: root, Group: group, Container: "c"}, swapsettings.Settings{LimitBytes: 1})
 	if err == nil || !strings.Contains(err.Error(), "swapaccount=1") || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("error = %v", err)
 	}
@@ -112,15 +115,15 @@ func TestApplyV1WithoutSwapAccounting(t *testing.T) {
 func TestApplyV2(t *testing.T) {
 	tests := []struct {
 		name      string
-		settings  Settings
+		settings  swapsettings.Settings
 		wantFiles map[string]string
 		wantErr   string
 	}{
-		{name: "limit", settings: Settings{LimitBytes: 314572800}, wantFiles: map[string]string{"memory.swap.max": "314572800", "memory.swap.high": "max", "memory.zswap.max": "max"}},
-		{name: "high and zswap off", settings: Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80), Zswap: ptr.To(false)},
+		{name: "limit", settings: swapsettings.Settings{LimitBytes: 314572800}, wantFiles: map[string]string{"memory.swap.max": "314572800", "memory.swap.high": "max", "memory.zswap.max": "max"}},
+		{name: "high and zswap off", settings: swapsettings.Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80), Zswap: swapsettings.ZswapOff},
 			wantFiles: map[string]string{"memory.swap.max": "100", "memory.swap.high": "80", "memory.zswap.max": "0"}},
-		{name: "zswap on", settings: Settings{LimitBytes: 100, Zswap: ptr.To(true)}, wantFiles: map[string]string{"memory.zswap.max": "max"}},
-		{name: "swappiness", settings: Settings{LimitBytes: 1, Swappiness: ptr.To[uint64](1)}, wantErr: "no per-cgroup swappiness"},
+		{name: "zswap on", settings: swapsettings.Settings{LimitBytes: 100, Zswap: swapsettings.ZswapOn}, wantFiles: map[string]string{"memory.zswap.max": "max"}},
+		{name: "swappiness", settings: swapsettings.Settings{LimitBytes: 1, Swappiness: ptr.To[uint64](1)}, wantErr: "no per-cgroup swappiness"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,12 +150,12 @@ func TestApplyV2(t *testing.T) {
 func TestApplyV2Missing(t *testing.T) {
 	root, dir := v2Tree(t)
 	os.Remove(filepath.Join(dir, "memory.swap.max"))
-	if err := Apply(Target{Version: 2, Root: root, Group: group, Container: "c"}, Settings{}); err == nil || !strings.Contains(err.Error(), "has no memory.swap.max") {
+	if err := Apply(Target{Version: 2, Root: root, Group: group, Container: "c"}, swapsettings.Settings{}); err == nil || !strings.Contains(err.Error(), "has no memory.swap.max") {
 		t.Fatalf("error = %v", err)
 	}
 	root, dir = v2Tree(t)
 	os.Remove(filepath.Join(dir, "memory.zswap.max"))
-	if err := Apply(Target{Version: 2, Root: root, Group: group, Container: "c"}, Settings{Zswap: ptr.To(false)}); err == nil || !strings.Contains(err.Error(), "5.19") {
+	if err := Apply(Target{Version: 2, Root: root, Group: group, Container: "c"}, swapsettings.Settings{Zswap: swapsettings.ZswapOff}); err == nil || !strings.Contains(err.Error(), "5.19") {
 		t.Fatalf("error = %v", err)
 	}
 }
@@ -164,12 +167,19 @@ func TestApplyRejectsBadTargets(t *testing.T) {
 		{Version: 2, Root: root, Group: "/a/../../etc"},
 		{Version: 3, Root: root, Group: group},
 	} {
-		if err := Apply(target, Settings{}); err == nil {
+		if err := Apply(target, swapsettings.Settings{}); err == nil {
 			t.Errorf("Apply(%+v) succeeded", target)
 		}
 	}
-	if err := Apply(Target{Version: 2, Root: root, Group: group}, Settings{LimitBytes: -1}); err == nil {
+	if err := Apply(Target{Version: 2, Root: root, Group: group}, swapsettings.Settings{LimitBytes: -1}); err == nil {
 		t.Error("negative limit accepted")
+	}
+	root, dir := v2Tree(t)
+	if err := Apply(Target{Version: 2, Root: root, Group: group}, swapsettings.Settings{LimitBytes: 1, Zswap: 3}); err == nil {
+		t.Error("unknown zswap value accepted")
+	}
+	if got := read(t, filepath.Join(dir, "memory.swap.max")); got != "0" {
+		t.Errorf("refused settings wrote memory.swap.max = %s", got)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 // Run is the whole hook: parse args and stdin, then apply or clean up.
@@ -66,8 +67,8 @@ func Apply(cfg Config, req Request, state *specs.State) error {
 
 // apply returns the container's settings and the pod budget it applied
 // (nil when none).
-func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, *int64, int, error) {
-	var total cgroupswap.Settings
+func apply(cfg Config, req Request, state *specs.State) (swapsettings.Settings, *int64, int, error) {
+	var total swapsettings.Settings
 	name := ContainerName(state)
 	if state.Pid <= 0 {
 		return total, nil, 0, fmt.Errorf("container %s: OCI state has no process id (pid %d)", name, state.Pid)
@@ -136,7 +137,7 @@ func apply(cfg Config, req Request, state *specs.State) (cgroupswap.Settings, *i
 	if podLimit == nil {
 		return totals.Container, nil, target.Version, nil
 	}
-	if err := cgroupswap.Apply(podTarget, cgroupswap.Settings{LimitBytes: *podLimit}); err != nil {
+	if err := cgroupswap.Apply(podTarget, swapsettings.Settings{LimitBytes: *podLimit}); err != nil {
 		return totals.Container, nil, target.Version, fmt.Errorf("container %s: the pod's swap budget: %w", name, err)
 	}
 	return totals.Container, podLimit, target.Version, nil

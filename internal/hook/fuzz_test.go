@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 // argSep separates the arguments of FuzzParseArgs' input: NUL cannot occur
@@ -78,23 +79,99 @@ func FuzzParseArgs(f *testing.F) {
 				t.Fatalf("ParseArgs(%q) accepted a share that cannot be recorded: %v", args, err)
 			}
 		}
-		// What was accepted, written out in the canonical form, parses to
-		// the same request.
-		canonical := canonicalArgs(cfg, req)
-		cfg2, req2, err := ParseArgs(canonical)
+		// What was accepted, written out by FormatArgs (as the CDI spec
+		// writer does), parses to the same request.
+		formatted := FormatArgs(cfg, req)
+		cfg2, req2, err := ParseArgs(formatted)
 		if err != nil {
-			t.Fatalf("ParseArgs(%q) accepted, but its canonical form %q is rejected: %v", args, canonical, err)
+			t.Fatalf("ParseArgs(%q) accepted, but FormatArgs' form %q is rejected: %v", args, formatted, err)
 		}
 		if msg := diffParsed(cfg, req, cfg2, req2); msg != "" {
-			t.Fatalf("ParseArgs(%q) and its canonical form %q differ: %s", args, canonical, msg)
+			t.Fatalf("ParseArgs(%q) and FormatArgs' form %q differ: %s", args, formatted, msg)
 		}
 	})
 }
 
+// FuzzFormatArgs builds a valid request from the fuzzer's numbers (each
+// reduced into its range) and checks that ParseArgs reads what FormatArgs
+// writes back to the same configuration and request.
+func FuzzFormatArgs(f *testing.F) {
+	for _, seed := range []struct {
+		cleanup, high, swappy, pod, podLimit, roots bool
+		limit, highV, podLimitV                     int64
+		zswap, swappyV                              uint8
+		index                                       int16
+		stateDir                                    string
+	}{
+		{limit: 314572800, index: -1, stateDir: DefaultStateDir},
+		{cleanup: true, index: -1, stateDir: DefaultStateDir},
+		{high: true, swappy: true, pod: true, podLimit: true, limit: 1 << 30, highV: 858993459, zswap: 2, swappyV: 10, podLimitV: 3 << 29, stateDir: DefaultStateDir},
+		{high: true, limit: limits.MaxSwapBytes, highV: limits.MaxSwapBytes, zswap: 1, index: limits.MaxResultIndex, roots: true, stateDir: "/var/lib/x"},
+		{swappy: true, swappyV: 100, index: 7, podLimit: true, podLimitV: limits.MaxSwapBytes, stateDir: "/"},
+		{limit: -5, highV: -1, zswap: 255, swappyV: 255, index: -32768, stateDir: "relative/../x"},
+	} {
+		f.Add(seed.cleanup, seed.high, seed.swappy, seed.pod, seed.podLimit, seed.roots, seed.limit, seed.highV, seed.podLimitV, seed.zswap, seed.swappyV, seed.index, seed.stateDir)
+	}
+	f.Fuzz(func(t *testing.T, cleanup, high, swappy, pod, podLimit, roots bool, limit, highV, podLimitV int64, zswap, swappyV uint8, index int16, stateDir string) {
+		cfg := SpecConfig(filepath.Join("/", stateDir)) // clean and absolute, as ParseArgs wants it
+		if roots {
+			cfg.ProcRoot, cfg.CgroupRoot = "/host/proc", "/host/sys/fs/cgroup"
+		}
+		req := Request{Cleanup: true, ClaimUID: claimA, ResultIndex: -1}
+		if !cleanup {
+			req = Request{ClaimUID: claimB, ResultIndex: int(index)%(limits.MaxResultIndex+2) - 1}
+			if req.ResultIndex < -1 {
+				req.ResultIndex += limits.MaxResultIndex + 2
+			}
+			s := &req.Share.Settings
+			s.LimitBytes = inRange(limit, limits.MaxSwapBytes)
+			if high {
+				s.HighBytes = ptr(inRange(highV, s.LimitBytes))
+			}
+			s.Zswap = swapsettings.Zswap(zswap % 3)
+			if swappy {
+				v := uint64(swappyV) % (swapsettings.MaxSwappiness + 1)
+				s.Swappiness = &v
+			}
+			if pod {
+				req.PodUID = "3f2e1d0c-9b8a-4766-8554-433221100fed"
+			}
+			if podLimit {
+				req.Share.PodLimitBytes = ptr(inRange(podLimitV, limits.MaxSwapBytes))
+			}
+		}
+		args := FormatArgs(cfg, req)
+		cfg2, req2, err := ParseArgs(args)
+		if err != nil {
+			t.Fatalf("FormatArgs(%+v, %+v) = %q, which ParseArgs rejects: %v", cfg, req, args, err)
+		}
+		if !reflect.DeepEqual(cfg2, cfg) || !reflect.DeepEqual(req2, req) {
+			t.Fatalf("FormatArgs(%+v, %s) = %q, which ParseArgs reads as %+v, %s", cfg, showRequest(req), args, cfg2, showRequest(req2))
+		}
+	})
+}
+
+// inRange maps v into 0..max.
+func inRange(v, max int64) int64 {
+	v %= max + 1
+	if v < 0 {
+		v += max + 1
+	}
+	return v
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// showRequest prints a request with the values behind its pointers.
+func showRequest(r Request) string {
+	data, _ := json.Marshal(r)
+	return string(data)
+}
+
 // checkParsedArgs checks what ParseArgs promises for accepted arguments.
 // It looks only at the fields that exist today: flags added later (see
-// ParseArgs) do not break it, but their fields belong here and in
-// canonicalArgs and diffParsed.
+// ParseArgs) do not break it, but their fields belong here, in FormatArgs
+// and in diffParsed.
 func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 	t.Helper()
 	if !limits.IsUID(req.ClaimUID) {
@@ -113,7 +190,7 @@ func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 	}
 	s := req.Share
 	if req.Cleanup {
-		if s.LimitBytes != 0 || s.HighBytes != nil || s.Zswap != nil || s.Swappiness != nil || s.PodLimitBytes != nil || req.PodUID != "" || req.ResultIndex != -1 {
+		if s.LimitBytes != 0 || s.HighBytes != nil || s.Zswap != swapsettings.ZswapUnchanged || s.Swappiness != nil || s.PodLimitBytes != nil || req.PodUID != "" || req.ResultIndex != -1 {
 			t.Errorf("ParseArgs(%q) accepted limits with --cleanup: %+v", args, req)
 		}
 		return
@@ -130,36 +207,9 @@ func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 	if s.Swappiness != nil && *s.Swappiness > 100 {
 		t.Errorf("ParseArgs(%q) accepted swappiness %d", args, *s.Swappiness)
 	}
-}
-
-// canonicalArgs writes a parsed request back as arguments, the way the
-// CDI spec writer does, plus the test-only flags.
-func canonicalArgs(cfg Config, req Request) []string {
-	args := []string{"--claim-uid=" + req.ClaimUID, "--state-dir=" + cfg.StateDir, "--proc-root=" + cfg.ProcRoot, "--cgroup-root=" + cfg.CgroupRoot}
-	if req.Cleanup {
-		return append(args, "--cleanup")
+	if !s.Zswap.Valid() {
+		t.Errorf("ParseArgs(%q) accepted zswap %s", args, s.Zswap)
 	}
-	s := req.Share
-	args = append(args, "--swap-limit="+strconv.FormatInt(s.LimitBytes, 10))
-	if s.HighBytes != nil {
-		args = append(args, "--swap-high="+strconv.FormatInt(*s.HighBytes, 10))
-	}
-	if s.Zswap != nil {
-		args = append(args, "--zswap="+map[bool]string{true: "on", false: "off"}[*s.Zswap])
-	}
-	if s.Swappiness != nil {
-		args = append(args, "--swappiness="+strconv.FormatUint(*s.Swappiness, 10))
-	}
-	if req.ResultIndex >= 0 {
-		args = append(args, "--result-index="+strconv.Itoa(req.ResultIndex))
-	}
-	if req.PodUID != "" {
-		args = append(args, "--pod-uid="+req.PodUID)
-	}
-	if s.PodLimitBytes != nil {
-		args = append(args, "--pod-swap-limit="+strconv.FormatInt(*s.PodLimitBytes, 10))
-	}
-	return args
 }
 
 // diffParsed compares the fields of two parse results that exist today;
@@ -178,7 +228,7 @@ func diffParsed(cfg1 Config, req1 Request, cfg2 Config, req2 Request) string {
 	if (a.HighBytes == nil) != (b.HighBytes == nil) || a.HighBytes != nil && *a.HighBytes != *b.HighBytes {
 		return "swap high"
 	}
-	if (a.Zswap == nil) != (b.Zswap == nil) || a.Zswap != nil && *a.Zswap != *b.Zswap {
+	if a.Zswap != b.Zswap {
 		return "zswap"
 	}
 	if (a.Swappiness == nil) != (b.Swappiness == nil) || a.Swappiness != nil && *a.Swappiness != *b.Swappiness {

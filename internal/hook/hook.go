@@ -20,11 +20,18 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const (
 	// MaxStateBytes bounds what is read from stdin.
 	MaxStateBytes = 1 << 20
+
+	// DefaultStateDir, DefaultProcRoot and DefaultCgroupRoot are the
+	// defaults of --state-dir, --proc-root and --cgroup-root.
+	DefaultStateDir   = "/run/dra-swap/hook"
+	DefaultProcRoot   = "/proc"
+	DefaultCgroupRoot = "/sys/fs/cgroup"
 )
 
 // Config says where the hook finds the host's files.
@@ -32,6 +39,12 @@ type Config struct {
 	ProcRoot   string
 	CgroupRoot string
 	StateDir   string
+}
+
+// SpecConfig is the Config of the hooks of a CDI spec: the state
+// directory, and the host's procfs and cgroup mounts where they always are.
+func SpecConfig(stateDir string) Config {
+	return Config{ProcRoot: DefaultProcRoot, CgroupRoot: DefaultCgroupRoot, StateDir: stateDir}
 }
 
 // Request is one hook invocation.
@@ -44,13 +57,16 @@ type Request struct {
 	// PodUID, if set, is the one pod the claim's swap is granted to: a
 	// container of any other pod is refused.
 	PodUID string
-	Share  hookstate.Share
+	// Share is what the request's result grants the container (none for
+	// Cleanup).
+	Share hookstate.Share
 }
 
 // ShareKey names the request's share in the container's records.
 func (r Request) ShareKey() string { return hookstate.ShareKey(r.ClaimUID, r.ResultIndex) }
 
-// ParseArgs parses the hook's arguments (without the program name).
+// ParseArgs parses the hook's arguments (without the program name), as
+// FormatArgs writes them or as any released CDI spec has them.
 //
 // The arguments are a contract between releases. A CDI spec outlives the
 // plugin that wrote it: after an upgrade, the specs of the claims prepared
@@ -103,9 +119,9 @@ func ParseArgs(args []string) (Config, Request, error) {
 	fs.StringVar(&req.PodUID, "pod-uid", "", "UID of the only pod the claim's swap is granted to")
 	fs.StringVar(&podLimit, "pod-swap-limit", "", "swap budget of the container's pod in bytes")
 	fs.BoolVar(&req.Cleanup, "cleanup", false, "remove the container's state (poststop)")
-	fs.StringVar(&cfg.StateDir, "state-dir", "/run/dra-swap/hook", "directory of per-container state")
-	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs mount")
-	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount root")
+	fs.StringVar(&cfg.StateDir, "state-dir", DefaultStateDir, "directory of per-container state")
+	fs.StringVar(&cfg.ProcRoot, "proc-root", DefaultProcRoot, "procfs mount")
+	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", DefaultCgroupRoot, "cgroup mount root")
 	if err := fs.Parse(args); err != nil {
 		// The flag package's wording for an unknown flag, stable since Go 1.
 		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
@@ -150,33 +166,71 @@ func ParseArgs(args []string) (Config, Request, error) {
 		}
 		req.Share.PodLimitBytes = &v
 	}
-	if req.Share.LimitBytes, err = parseNumber("--swap-limit", limit, limits.MaxSwapBytes); err != nil {
+	s := &req.Share.Settings
+	if s.LimitBytes, err = parseNumber("--swap-limit", limit, limits.MaxSwapBytes); err != nil {
 		return cfg, req, err
 	}
 	if high != "" {
-		v, err := parseNumber("--swap-high", high, req.Share.LimitBytes)
+		v, err := parseNumber("--swap-high", high, s.LimitBytes)
 		if err != nil {
 			return cfg, req, err
 		}
-		req.Share.HighBytes = &v
+		s.HighBytes = &v
 	}
-	switch zswap {
-	case "":
-	case "on", "off":
-		v := zswap == "on"
-		req.Share.Zswap = &v
-	default:
+	if s.Zswap, err = swapsettings.ParseZswap(zswap); err != nil {
 		return cfg, req, fmt.Errorf("--zswap %q must be on or off", zswap)
 	}
 	if swappiness != "" {
-		v, err := parseNumber("--swappiness", swappiness, 100)
+		v, err := parseNumber("--swappiness", swappiness, swapsettings.MaxSwappiness)
 		if err != nil {
 			return cfg, req, err
 		}
 		u := uint64(v)
-		req.Share.Swappiness = &u
+		s.Swappiness = &u
 	}
 	return cfg, req, nil
+}
+
+// FormatArgs writes a request as the hook's arguments (without the program
+// name), in the order and forms that the CDI specs of release v0.2.0 have
+// (see ParseArgs); --proc-root and --cgroup-root only when they are not
+// the defaults. ParseArgs reads them back to the same cfg and req, for
+// every cfg and req that ParseArgs can return: a request for the whole
+// claim (ResultIndex -1) leaves --result-index out; a Cleanup request has
+// no share.
+func FormatArgs(cfg Config, req Request) []string {
+	var args []string
+	if req.Cleanup {
+		args = []string{"--cleanup", "--claim-uid=" + req.ClaimUID, "--state-dir=" + cfg.StateDir}
+	} else {
+		s := req.Share.Settings
+		args = []string{"--swap-limit=" + strconv.FormatInt(s.LimitBytes, 10), "--claim-uid=" + req.ClaimUID, "--state-dir=" + cfg.StateDir}
+		if s.HighBytes != nil {
+			args = append(args, "--swap-high="+strconv.FormatInt(*s.HighBytes, 10))
+		}
+		if s.Zswap != swapsettings.ZswapUnchanged {
+			args = append(args, "--zswap="+s.Zswap.String())
+		}
+		if s.Swappiness != nil {
+			args = append(args, "--swappiness="+strconv.FormatUint(*s.Swappiness, 10))
+		}
+		if req.ResultIndex >= 0 {
+			args = append(args, "--result-index="+strconv.Itoa(req.ResultIndex))
+		}
+		if req.PodUID != "" {
+			args = append(args, "--pod-uid="+req.PodUID)
+		}
+		if req.Share.PodLimitBytes != nil {
+			args = append(args, "--pod-swap-limit="+strconv.FormatInt(*req.Share.PodLimitBytes, 10))
+		}
+	}
+	if cfg.ProcRoot != DefaultProcRoot {
+		args = append(args, "--proc-root="+cfg.ProcRoot)
+	}
+	if cfg.CgroupRoot != DefaultCgroupRoot {
+		args = append(args, "--cgroup-root="+cfg.CgroupRoot)
+	}
+	return args
 }
 
 func parseNumber(flag, s string, max int64) (int64, error) {

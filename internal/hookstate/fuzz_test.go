@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 func FuzzReadContainer(f *testing.F) {
@@ -159,6 +160,9 @@ func checkTotals(t *testing.T, total Totals, shares int) {
 	if c.Swappiness != nil && *c.Swappiness > 100 {
 		t.Fatalf("Sum = swappiness %d", *c.Swappiness)
 	}
+	if !c.Zswap.Valid() {
+		t.Fatalf("Sum = zswap %s", c.Zswap)
+	}
 	if p := total.PodLimitBytes; p != nil && (*p < 0 || *p > limits.MaxSwapBytes) {
 		t.Fatalf("Sum = pod swap limit %d, outside 0..%d", *p, limits.MaxSwapBytes)
 	}
@@ -184,12 +188,10 @@ func combine(a, b Totals) (Totals, bool) {
 		out.Container.HighBytes = &high
 	}
 	switch {
-	case x.Zswap != nil && !*x.Zswap, y.Zswap != nil && !*y.Zswap:
-		off := false
-		out.Container.Zswap = &off
-	case x.Zswap != nil || y.Zswap != nil:
-		on := true
-		out.Container.Zswap = &on
+	case x.Zswap == swapsettings.ZswapOff || y.Zswap == swapsettings.ZswapOff:
+		out.Container.Zswap = swapsettings.ZswapOff
+	case x.Zswap == swapsettings.ZswapOn || y.Zswap == swapsettings.ZswapOn:
+		out.Container.Zswap = swapsettings.ZswapOn
 	}
 	out.Container.Swappiness = x.Swappiness
 	if y.Swappiness != nil && (x.Swappiness == nil || *y.Swappiness < *x.Swappiness) {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const (
@@ -78,12 +79,11 @@ func ShareKey(claimUID string, resultIndex int) string {
 	return fmt.Sprintf("%s.%d", claimUID, resultIndex)
 }
 
-// Share is what one claim's allocation result contributes to a container.
+// Share is what one claim's allocation result contributes to a container:
+// the settings of its cgroup, and its pod's budget. Its JSON form is the
+// share's file: the settings' fields, then podSwapLimit.
 type Share struct {
-	LimitBytes int64   `json:"swapLimit"`
-	HighBytes  *int64  `json:"swapHigh,omitempty"`
-	Zswap      *bool   `json:"zswap,omitempty"`
-	Swappiness *uint64 `json:"swappiness,omitempty"`
+	swapsettings.Settings
 	// PodLimitBytes, if set, is the swap the container's whole pod may use:
 	// the sum of the pod's claims, set when its containers share a claim
 	// and so could together use more than the claims were charged.
@@ -163,14 +163,8 @@ func Record(dir, key string, share Share) error {
 }
 
 func (s Share) validate() error {
-	if s.LimitBytes < 0 || s.LimitBytes > limits.MaxSwapBytes {
-		return fmt.Errorf("swap limit %d out of range 0..%d", s.LimitBytes, limits.MaxSwapBytes)
-	}
-	if s.HighBytes != nil && (*s.HighBytes < 0 || *s.HighBytes > s.LimitBytes) {
-		return fmt.Errorf("swap high %d out of range 0..%d", *s.HighBytes, s.LimitBytes)
-	}
-	if s.Swappiness != nil && *s.Swappiness > 100 {
-		return fmt.Errorf("swappiness %d out of range 0..100", *s.Swappiness)
+	if err := s.Settings.Validate(); err != nil {
+		return err
 	}
 	if s.PodLimitBytes != nil && (*s.PodLimitBytes < 0 || *s.PodLimitBytes > limits.MaxSwapBytes) {
 		return fmt.Errorf("pod swap limit %d out of range 0..%d", *s.PodLimitBytes, limits.MaxSwapBytes)
@@ -235,7 +229,7 @@ func (c Container) validate() error {
 // Totals is what a container's shares add up to.
 type Totals struct {
 	// Container is applied to the container's cgroup.
-	Container cgroupswap.Settings
+	Container swapsettings.Settings
 	// PodLimitBytes, if set, bounds the swap of the container's pod (its
 	// parent cgroup): the largest PodLimitBytes of the shares (prepare
 	// writes the same value into every claim of the pod; a claim prepared
@@ -287,9 +281,8 @@ func Sum(dir string) (Totals, error) {
 		} else {
 			high += s.LimitBytes
 		}
-		if s.Zswap != nil && (total.Zswap == nil || !*s.Zswap) {
-			v := *s.Zswap
-			total.Zswap = &v
+		if s.Zswap != swapsettings.ZswapUnchanged && (total.Zswap == swapsettings.ZswapUnchanged || s.Zswap == swapsettings.ZswapOff) {
+			total.Zswap = s.Zswap
 		}
 		if s.Swappiness != nil && (total.Swappiness == nil || *s.Swappiness < *total.Swappiness) {
 			v := *s.Swappiness

@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const (
@@ -94,7 +94,7 @@ func TestShareKey(t *testing.T) {
 			t.Errorf("ShareKey(%d) = %q, want %q", tc.index, key, tc.want)
 		}
 		// Every key names a file that Record writes and Sum reads.
-		if err := Record(t.TempDir(), key, Share{LimitBytes: 1}); err != nil {
+		if err := Record(t.TempDir(), key, Share{Settings: swapsettings.Settings{LimitBytes: 1}}); err != nil {
 			t.Errorf("Record(%q): %v", key, err)
 		}
 	}
@@ -107,9 +107,9 @@ func TestRecord(t *testing.T) {
 		share   Share
 		wantErr string
 	}{
-		{name: "whole claim", key: claimA, share: Share{LimitBytes: 300 << 20}},
-		{name: "one result", key: claimA + ".0", share: Share{LimitBytes: 100 << 20, HighBytes: ptr.To[int64](80 << 20), Zswap: ptr.To(false), Swappiness: ptr.To[uint64](0), PodLimitBytes: ptr.To[int64](400 << 20)}},
-		{name: "largest", key: claimA + ".9999", share: Share{LimitBytes: limits.MaxSwapBytes, HighBytes: ptr.To(limits.MaxSwapBytes), Swappiness: ptr.To[uint64](100), PodLimitBytes: ptr.To(limits.MaxSwapBytes)}},
+		{name: "whole claim", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 300 << 20}}},
+		{name: "one result", key: claimA + ".0", share: Share{Settings: swapsettings.Settings{LimitBytes: 100 << 20, HighBytes: ptr.To[int64](80 << 20), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](0)}, PodLimitBytes: ptr.To[int64](400 << 20)}},
+		{name: "largest", key: claimA + ".9999", share: Share{Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes, HighBytes: ptr.To(limits.MaxSwapBytes), Swappiness: ptr.To[uint64](100)}, PodLimitBytes: ptr.To(limits.MaxSwapBytes)}},
 		{name: "zero", key: claimB, share: Share{}},
 		{name: "empty key", key: "", wantErr: "is not a claim UID"},
 		{name: "path", key: "../" + claimA, wantErr: "is not a claim UID"},
@@ -118,12 +118,12 @@ func TestRecord(t *testing.T) {
 		{name: "index too large", key: claimA + ".10000", wantErr: "is not a claim UID"},
 		{name: "negative index", key: claimA + ".-1", wantErr: "is not a claim UID"},
 		{name: "suffix", key: claimA + ".json", wantErr: "is not a claim UID"},
-		{name: "negative limit", key: claimA, share: Share{LimitBytes: -1}, wantErr: "swap limit -1 out of range"},
-		{name: "limit too large", key: claimA, share: Share{LimitBytes: limits.MaxSwapBytes + 1}, wantErr: "out of range"},
-		{name: "high above limit", key: claimA, share: Share{LimitBytes: 10, HighBytes: ptr.To[int64](11)}, wantErr: "swap high 11 out of range 0..10"},
-		{name: "negative high", key: claimA, share: Share{LimitBytes: 10, HighBytes: ptr.To[int64](-1)}, wantErr: "swap high"},
-		{name: "swappiness", key: claimA, share: Share{LimitBytes: 10, Swappiness: ptr.To[uint64](101)}, wantErr: "swappiness 101"},
-		{name: "negative pod limit", key: claimA, share: Share{LimitBytes: 10, PodLimitBytes: ptr.To[int64](-1)}, wantErr: "pod swap limit"},
+		{name: "negative limit", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: -1}}, wantErr: "swap limit -1 out of range"},
+		{name: "limit too large", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes + 1}}, wantErr: "out of range"},
+		{name: "high above limit", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 10, HighBytes: ptr.To[int64](11)}}, wantErr: "swap high 11 out of range 0..10"},
+		{name: "negative high", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 10, HighBytes: ptr.To[int64](-1)}}, wantErr: "swap high"},
+		{name: "swappiness", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 10, Swappiness: ptr.To[uint64](101)}}, wantErr: "swappiness 101"},
+		{name: "negative pod limit", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 10}, PodLimitBytes: ptr.To[int64](-1)}, wantErr: "pod swap limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,10 +156,53 @@ func TestRecord(t *testing.T) {
 	}
 }
 
+// TestShareFileFormat holds a share's file to the bytes that every release
+// writes and reads: the hook of a new release sums the records that the
+// old one wrote for the containers that still run.
+func TestShareFileFormat(t *testing.T) {
+	tests := []struct {
+		name  string
+		share Share
+		file  string
+	}{
+		{name: "zero", share: Share{}, file: `{"swapLimit":0}`},
+		{name: "limit only", share: Share{Settings: swapsettings.Settings{LimitBytes: 314572800}}, file: `{"swapLimit":314572800}`},
+		{name: "every field, zswap off", share: Share{Settings: swapsettings.Settings{LimitBytes: 104857600, HighBytes: ptr.To[int64](83886080),
+			Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](0)}, PodLimitBytes: ptr.To[int64](419430400)},
+			file: `{"swapLimit":104857600,"swapHigh":83886080,"zswap":false,"swappiness":0,"podSwapLimit":419430400}`},
+		{name: "zswap on", share: Share{Settings: swapsettings.Settings{LimitBytes: 1, Zswap: swapsettings.ZswapOn}}, file: `{"swapLimit":1,"zswap":true}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), cid)
+			if err := Record(dir, claimA, tc.share); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(filepath.Join(dir, claimA))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(data) != tc.file {
+				t.Errorf("Record wrote %s, want %s", data, tc.file)
+			}
+			var got Share
+			if err := json.Unmarshal([]byte(tc.file), &got); err != nil || !reflect.DeepEqual(got, tc.share) {
+				t.Errorf("%s reads as %+v (%v), want %+v", tc.file, got, err, tc.share)
+			}
+		})
+	}
+	// An explicit null is what an unset pointer was read as.
+	var got Share
+	if err := json.Unmarshal([]byte(`{"swapLimit":1,"swapHigh":null,"zswap":null,"swappiness":null,"podSwapLimit":null}`), &got); err != nil ||
+		!reflect.DeepEqual(got, Share{Settings: swapsettings.Settings{LimitBytes: 1}}) {
+		t.Errorf("nulls read as %+v (%v), want the limit only", got, err)
+	}
+}
+
 func TestRecordReplaces(t *testing.T) {
 	dir := t.TempDir()
 	for _, limit := range []int64{300, 100} {
-		if err := Record(dir, claimA, Share{LimitBytes: limit}); err != nil {
+		if err := Record(dir, claimA, Share{Settings: swapsettings.Settings{LimitBytes: limit}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -302,30 +345,30 @@ func TestSum(t *testing.T) {
 		wantErr string
 	}{
 		{name: "no shares", want: Totals{}},
-		{name: "one share", shares: map[string]Share{claimA: {LimitBytes: 300}},
-			want: Totals{Container: cgroupswap.Settings{LimitBytes: 300}, Shares: 1}},
-		{name: "limits add up", shares: map[string]Share{claimA: {LimitBytes: 300}, claimB + ".0": {LimitBytes: 100}, claimB + ".1": {LimitBytes: 50}},
-			want: Totals{Container: cgroupswap.Settings{LimitBytes: 450}, Shares: 3}},
-		{name: "swap.high counts the others at their limit", shares: map[string]Share{claimA: {LimitBytes: 100, HighBytes: ptr.To[int64](80)}, claimB: {LimitBytes: 200}},
-			want: Totals{Container: cgroupswap.Settings{LimitBytes: 300, HighBytes: ptr.To[int64](280)}, Shares: 2}},
-		{name: "swap.high of every share", shares: map[string]Share{claimA: {LimitBytes: 100, HighBytes: ptr.To[int64](80)}, claimB: {LimitBytes: 200, HighBytes: ptr.To[int64](0)}},
-			want: Totals{Container: cgroupswap.Settings{LimitBytes: 300, HighBytes: ptr.To[int64](80)}, Shares: 2}},
-		{name: "zswap off wins, first", shares: map[string]Share{claimA: {Zswap: ptr.To(false)}, claimB: {Zswap: ptr.To(true)}},
-			want: Totals{Container: cgroupswap.Settings{Zswap: ptr.To(false)}, Shares: 2}},
-		{name: "zswap off wins, last", shares: map[string]Share{claimA: {Zswap: ptr.To(true)}, claimB: {Zswap: ptr.To(false)}},
-			want: Totals{Container: cgroupswap.Settings{Zswap: ptr.To(false)}, Shares: 2}},
-		{name: "zswap on when none turns it off", shares: map[string]Share{claimA: {Zswap: ptr.To(true)}, claimB: {}},
-			want: Totals{Container: cgroupswap.Settings{Zswap: ptr.To(true)}, Shares: 2}},
-		{name: "lowest swappiness", shares: map[string]Share{claimA: {Swappiness: ptr.To[uint64](60)}, claimB: {Swappiness: ptr.To[uint64](10)}, claimB + ".2": {}},
-			want: Totals{Container: cgroupswap.Settings{Swappiness: ptr.To[uint64](10)}, Shares: 3}},
-		{name: "largest pod limit", shares: map[string]Share{claimA: {LimitBytes: 1, PodLimitBytes: ptr.To[int64](300)}, claimB: {LimitBytes: 2, PodLimitBytes: ptr.To[int64](100)}, claimB + ".1": {LimitBytes: 3}},
-			want: Totals{Container: cgroupswap.Settings{LimitBytes: 6}, PodLimitBytes: ptr.To[int64](300), Shares: 3}},
-		{name: "largest sum", shares: map[string]Share{claimA: {LimitBytes: limits.MaxSwapBytes - 1}, claimB: {LimitBytes: 1}},
-			want: Totals{Container: cgroupswap.Settings{LimitBytes: limits.MaxSwapBytes}, Shares: 2}},
-		{name: "other files are skipped", shares: map[string]Share{claimA: {LimitBytes: 7}},
+		{name: "one share", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 300}}},
+			want: Totals{Container: swapsettings.Settings{LimitBytes: 300}, Shares: 1}},
+		{name: "limits add up", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 300}}, claimB + ".0": {Settings: swapsettings.Settings{LimitBytes: 100}}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 50}}},
+			want: Totals{Container: swapsettings.Settings{LimitBytes: 450}, Shares: 3}},
+		{name: "swap.high counts the others at their limit", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80)}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 200}}},
+			want: Totals{Container: swapsettings.Settings{LimitBytes: 300, HighBytes: ptr.To[int64](280)}, Shares: 2}},
+		{name: "swap.high of every share", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80)}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 200, HighBytes: ptr.To[int64](0)}}},
+			want: Totals{Container: swapsettings.Settings{LimitBytes: 300, HighBytes: ptr.To[int64](80)}, Shares: 2}},
+		{name: "zswap off wins, first", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOff}}, claimB: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOn}}},
+			want: Totals{Container: swapsettings.Settings{Zswap: swapsettings.ZswapOff}, Shares: 2}},
+		{name: "zswap off wins, last", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOn}}, claimB: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOff}}},
+			want: Totals{Container: swapsettings.Settings{Zswap: swapsettings.ZswapOff}, Shares: 2}},
+		{name: "zswap on when none turns it off", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOn}}, claimB: {}},
+			want: Totals{Container: swapsettings.Settings{Zswap: swapsettings.ZswapOn}, Shares: 2}},
+		{name: "lowest swappiness", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{Swappiness: ptr.To[uint64](60)}}, claimB: {Settings: swapsettings.Settings{Swappiness: ptr.To[uint64](10)}}, claimB + ".2": {}},
+			want: Totals{Container: swapsettings.Settings{Swappiness: ptr.To[uint64](10)}, Shares: 3}},
+		{name: "largest pod limit", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 1}, PodLimitBytes: ptr.To[int64](300)}, claimB: {Settings: swapsettings.Settings{LimitBytes: 2}, PodLimitBytes: ptr.To[int64](100)}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 3}}},
+			want: Totals{Container: swapsettings.Settings{LimitBytes: 6}, PodLimitBytes: ptr.To[int64](300), Shares: 3}},
+		{name: "largest sum", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes - 1}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 1}}},
+			want: Totals{Container: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes}, Shares: 2}},
+		{name: "other files are skipped", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 7}}},
 			files: map[string]string{ContainerFile: `{"id":"x"}`, ".tmp-123": "{partial", "README": "x", claimB + ".json": "x", claimB + ".10000": "x", strings.ToUpper(claimB): "x"},
-			want:  Totals{Container: cgroupswap.Settings{LimitBytes: 7}, Shares: 1}},
-		{name: "sum too large", shares: map[string]Share{claimA: {LimitBytes: limits.MaxSwapBytes}, claimB: {LimitBytes: 1}}, wantErr: "add up to more than"},
+			want:  Totals{Container: swapsettings.Settings{LimitBytes: 7}, Shares: 1}},
+		{name: "sum too large", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 1}}}, wantErr: "add up to more than"},
 		{name: "malformed share", files: map[string]string{claimA: "{"}, wantErr: "hook state"},
 		{name: "wrong type", files: map[string]string{claimA: `{"swapLimit":"1Gi"}`}, wantErr: "hook state"},
 		{name: "negative limit", files: map[string]string{claimA: `{"swapLimit":-1}`}, wantErr: "out of range"},
@@ -406,7 +449,7 @@ func TestRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Record(dir, claimA, Share{LimitBytes: 1}); err != nil {
+	if err := Record(dir, claimA, Share{Settings: swapsettings.Settings{LimitBytes: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := WriteContainer(dir, validContainer()); err != nil {
@@ -452,7 +495,7 @@ func TestPodSwapLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, l := range limits {
-			if err := Record(dir, ShareKey(claimA, i), Share{LimitBytes: l, PodLimitBytes: ptr.To(l)}); err != nil {
+			if err := Record(dir, ShareKey(claimA, i), Share{Settings: swapsettings.Settings{LimitBytes: l}, PodLimitBytes: ptr.To(l)}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 // TestPluginRestoresDriftedLimit: a container the hook recorded (100Mi of
@@ -47,7 +48,7 @@ func TestPluginRestoresDriftedLimit(t *testing.T) {
 	h.write(memDir+"/memory.limit_in_bytes", "134217728\n")
 	h.write(memDir+"/memory.memsw.limit_in_bytes", "134217728\n")
 	dir := filepath.Join(cfg.HookStateDir, id)
-	if err := hookstate.Record(dir, claim, hookstate.Share{LimitBytes: 100 << 20}); err != nil {
+	if err := hookstate.Record(dir, claim, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 << 20}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := hookstate.WriteContainer(dir, hookstate.Container{ID: id, CgroupVersion: 1, CgroupGroup: group,

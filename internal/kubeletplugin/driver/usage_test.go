@@ -9,6 +9,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 func TestClaimUsage(t *testing.T) {
@@ -25,7 +26,7 @@ func TestClaimUsage(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, c := range claims {
-			if err := hookstate.Record(dir, hookstate.ShareKey(c, i), hookstate.Share{LimitBytes: 1 << 20}); err != nil {
+			if err := hookstate.Record(dir, hookstate.ShareKey(c, i), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 20}}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 // Unreadable is the found value of a limit that could not be read.
@@ -158,7 +159,7 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string, budge
 	}
 	if limit != nil {
 		podsDone[c.PodCgroupGroup] = true
-		podOutcome, err := v.hold(ctx, c, pod, true, cgroupswap.Settings{LimitBytes: *limit}, trigger)
+		podOutcome, err := v.hold(ctx, c, pod, true, swapsettings.Settings{LimitBytes: *limit}, trigger)
 		switch {
 		case podOutcome == Failed:
 			return Failed, err
@@ -170,7 +171,7 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string, budge
 }
 
 // hold reads one cgroup's swap limit and writes want back if it differs.
-func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgroupswap.Target, pod bool, want cgroupswap.Settings, trigger string) (Outcome, error) {
+func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgroupswap.Target, pod bool, want swapsettings.Settings, trigger string) (Outcome, error) {
 	d := Drift{Container: c, Pod: pod, Want: want.LimitBytes, Trigger: trigger}
 	found, err := cgroupswap.ReadLimit(target.Version, target.Root, target.Group)
 	if err != nil {

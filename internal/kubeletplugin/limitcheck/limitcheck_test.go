@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const (
@@ -86,7 +87,7 @@ func newNode(t *testing.T, version int, shares ...int64) node {
 		t.Fatal(err)
 	}
 	for i, s := range shares {
-		if err := hookstate.Record(dir, []string{claimA, claimB}[i], hookstate.Share{LimitBytes: s}); err != nil {
+		if err := hookstate.Record(dir, []string{claimA, claimB}[i], hookstate.Share{Settings: swapsettings.Settings{LimitBytes: s}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -156,7 +157,7 @@ func TestCheckPodBudget(t *testing.T) {
 			if err := hookstate.WriteContainer(dir, c); err != nil {
 				t.Fatal(err)
 			}
-			if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{LimitBytes: 100 * mi, PodLimitBytes: ptr.To(100 * mi)}); err != nil {
+			if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 * mi}, PodLimitBytes: ptr.To(100 * mi)}); err != nil {
 				t.Fatal(err)
 			}
 			podFile, podWant := filepath.Join(n.cgroupRoot, filepath.Dir(group), "memory.swap.max"), "104857600"
@@ -249,7 +250,7 @@ func TestCheckAllRemovesRecordsOfGoneContainers(t *testing.T) {
 	if err := hookstate.WriteContainer(goneDir, gone); err != nil {
 		t.Fatal(err)
 	}
-	if err := hookstate.Record(goneDir, claimA, hookstate.Share{LimitBytes: mi}); err != nil {
+	if err := hookstate.Record(goneDir, claimA, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: mi}}); err != nil {
 		t.Fatal(err)
 	}
 	rep := &fakeReporter{}
@@ -302,7 +303,7 @@ func TestOneBudgetPerPod(t *testing.T) {
 		if err := hookstate.WriteContainer(dir, c); err != nil {
 			t.Fatal(err)
 		}
-		if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{LimitBytes: s.limit, PodLimitBytes: ptr.To(s.podSwap)}); err != nil {
+		if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: s.limit}, PodLimitBytes: ptr.To(s.podSwap)}); err != nil {
 			t.Fatal(err)
 		}
 		write(t, filepath.Join(n.cgroupRoot, s.group, "memory.swap.max"), fmt.Sprint(s.limit)+"\n")
@@ -356,7 +357,7 @@ func TestCheckWhileTheHookWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := hookstate.Record(filepath.Join(n.stateDir, ctrID), claimB, hookstate.Share{LimitBytes: 200 * mi}); err != nil {
+	if err := hookstate.Record(filepath.Join(n.stateDir, ctrID), claimB, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 200 * mi}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := v.Check(ctx, ctrID, "update"); got != Busy || err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 type fakeVerifier struct {
@@ -62,7 +63,7 @@ func TestWithTheRuntimeSide(t *testing.T) {
 	if err := hookstate.WriteContainer(ctrDir, hookstate.Container{ID: "ctr", CgroupVersion: 2, CgroupGroup: "/kubepods/pod1/ctr"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := hookstate.Record(ctrDir, uidA, hookstate.Share{LimitBytes: 100 * mi}); err != nil {
+	if err := hookstate.Record(ctrDir, uidA, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 * mi}}); err != nil {
 		t.Fatal(err)
 	}
 

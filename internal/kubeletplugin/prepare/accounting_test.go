@@ -15,6 +15,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const otherPodID = "00000000-0000-4000-8000-0000000000f1"
@@ -366,7 +367,7 @@ func TestPrepareAnswersAsRecorded(t *testing.T) {
 	ctx := testContext(t)
 	e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"swap"}}, "swap")
 	claim := newClaim(uidA, "swap", 100*mi)
-	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidA, Devices: []cdi.DeviceEdits{{ResultIndex: 0, LimitBytes: 100 * mi, EnvLimitBytes: 100 * mi}}}); err != nil {
+	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidA, Devices: []cdi.DeviceEdits{{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 100 * mi}, EnvLimitBytes: 100 * mi}}}); err != nil {
 		t.Fatal(err)
 	}
 	old := "dra.swap/swap=" + uidA

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 // resultPlan is what prepare decided for one allocation result of the
@@ -22,10 +23,11 @@ type resultPlan struct {
 	// result's CDI device and the hook's record of its share.
 	index  int
 	result resourceapi.DeviceRequestAllocationResult
-	// limitBytes is the swap the result grants: its consumed capacity, or
-	// 0 for an admin-access result, which the scheduler does not charge.
-	limitBytes int64
-	admin      bool
+	// settings are what the result grants each container it reaches: its
+	// consumed capacity and its config's knobs (see settingsFor); none
+	// for an admin-access result, which the scheduler does not charge.
+	settings swapsettings.Settings
+	admin    bool
 	// config is the SwapConfig that applies to the result.
 	config *v1alpha1.SwapConfig
 }
@@ -70,7 +72,7 @@ func (m *Manager) plan(claim *resourceapi.ResourceClaim) (*claimPlan, error) {
 		if err != nil {
 			return nil, err
 		}
-		rp.limitBytes, rp.config = b, config
+		rp.settings, rp.config = settingsFor(b, config), config
 		plan.limitBytes += b
 		plan.results = append(plan.results, rp)
 	}
@@ -78,6 +80,31 @@ func (m *Manager) plan(claim *resourceapi.ResourceClaim) (*claimPlan, error) {
 		return nil, fmt.Errorf("no device of driver %s is allocated to the claim", m.opts.DriverName)
 	}
 	return plan, nil
+}
+
+// settingsFor is what a result that grants limitBytes gives each
+// container it reaches under its (decoded, validated and merged) config:
+// the one place where a claim's SwapConfig and allocation become the
+// settings that the CDI spec carries to the hook.
+func settingsFor(limitBytes int64, config *v1alpha1.SwapConfig) swapsettings.Settings {
+	s := swapsettings.Settings{LimitBytes: limitBytes}
+	if p := config.SwapHighPercent; p != nil {
+		high := limitBytes * int64(*p) / 100
+		s.HighBytes = &high
+	}
+	switch config.Zswap {
+	case v1alpha1.ZswapEnabled:
+		s.Zswap = swapsettings.ZswapOn
+	case v1alpha1.ZswapDisabled:
+		s.Zswap = swapsettings.ZswapOff
+	}
+	if v := config.Swappiness; v != nil {
+		// Validated to 0..100; a negative value would turn huge here
+		// and be refused by the CDI writer, not applied.
+		u := uint64(*v)
+		s.Swappiness = &u
+	}
+	return s
 }
 
 // config decodes and merges the driver's opaque configs that apply to one

@@ -144,7 +144,7 @@ func sharesFrom(namespace string, batch map[string]*claimPlan, cp *checkpoint.Ch
 		if plan, ok := batch[name]; ok {
 			var out []share
 			for _, r := range plan.results {
-				out = append(out, share{claim: name, index: r.index, request: r.request(), limitBytes: r.limitBytes})
+				out = append(out, share{claim: name, index: r.index, request: r.request(), limitBytes: r.settings.LimitBytes})
 			}
 			return out
 		}

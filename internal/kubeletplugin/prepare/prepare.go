@@ -408,7 +408,7 @@ func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
 func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
 
 // edits are the claim's CDI edits: one device per result, each with its
-// own bytes and config; the pod the claim is granted to and, when its
+// own settings; the pod the claim is granted to and, when its
 // containers share claims, the pod's budget.
 func (m *Manager) edits(ctx context.Context, cp *checkpoint.Checkpoint, plan *claimPlan, batch map[types.NamespacedName]*claimPlan) (cdi.ClaimEdits, ClaimReport) {
 	claim := plan.claim
@@ -434,25 +434,12 @@ func (m *Manager) edits(ctx context.Context, cp *checkpoint.Checkpoint, plan *cl
 		report.PodLimitBytes = pt.budget
 	}
 	for _, r := range plan.results {
-		d := cdi.DeviceEdits{ResultIndex: r.index, AdminAccess: r.admin, LimitBytes: r.limitBytes, EnvLimitBytes: r.limitBytes}
+		d := cdi.DeviceEdits{ResultIndex: r.index, AdminAccess: r.admin, Settings: r.settings, EnvLimitBytes: r.settings.LimitBytes}
 		key := share{claim: claim.Name, index: r.index}.key()
 		if env, ok := pt.env[key]; ok {
 			d.EnvLimitBytes = env
 		}
-		report.Results = append(report.Results, ResultReport{Result: r.result, LimitBytes: r.limitBytes, AdminAccess: r.admin, Config: r.config, Containers: pt.containers[key]})
-		if !r.admin {
-			if p := r.config.SwapHighPercent; p != nil {
-				high := r.limitBytes * int64(*p) / 100
-				d.HighBytes = &high
-			}
-			switch r.config.Zswap {
-			case v1alpha1.ZswapEnabled:
-				d.Zswap = cdi.ZswapOn
-			case v1alpha1.ZswapDisabled:
-				d.Zswap = cdi.ZswapOff
-			}
-			d.Swappiness = r.config.Swappiness
-		}
+		report.Results = append(report.Results, ResultReport{Result: r.result, LimitBytes: r.settings.LimitBytes, AdminAccess: r.admin, Config: r.config, Containers: pt.containers[key]})
 		edits.Devices = append(edits.Devices, d)
 	}
 	return edits, report

@@ -28,6 +28,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const (
@@ -717,7 +718,7 @@ func TestRemoveOrphanSpecs(t *testing.T) {
 	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{newClaim(uidA, "swap", 300*mi)})[uidA]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidB, Devices: []cdi.DeviceEdits{{LimitBytes: mi, EnvLimitBytes: mi}}}); err != nil {
+	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidB, Devices: []cdi.DeviceEdits{{Settings: swapsettings.Settings{LimitBytes: mi}, EnvLimitBytes: mi}}}); err != nil {
 		t.Fatal(err)
 	}
 	other := filepath.Join(e.specDir, "vendor.example-gpu_"+uidB+".json")
