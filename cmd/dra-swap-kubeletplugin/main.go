@@ -54,6 +54,35 @@ type options struct {
 // run runs the plugin, or prints its version on stdout with --version.
 func run(args []string, stdout io.Writer) error {
 	o := options{cfg: driver.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig()}}
+	fs, showVersion := o.flagSet()
+	if err := commandline.Parse(fs, args); err != nil {
+		return err
+	}
+	build := version.Get()
+	if *showVersion {
+		_, err := fmt.Fprintln(stdout, build.Line(name))
+		return err
+	}
+	klog.Background().Info("Starting "+name, "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
+	if err := o.complete(); err != nil {
+		return err
+	}
+	client, err := o.clients()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	plugin, err := driver.New(ctx, o.cfg, client)
+	if err != nil {
+		return err
+	}
+	return plugin.Run(ctx)
+}
+
+// flagSet defines the command's flags into o.
+func (o *options) flagSet() (*pflag.FlagSet, *bool) {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.StringVar(&o.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
@@ -90,16 +119,12 @@ func run(args []string, stdout io.Writer) error {
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "Queries per second to the API server, for the claim reads of the kubelet's calls and, with a rate limiter of their own, for events and claim status writes.")
 	fs.IntVar(&o.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics, readiness (registered with the kubelet) at /readyz and liveness (the plugin runs) at /healthz; disabled when empty.")
+	return fs, showVersion
+}
 
-	if err := commandline.Parse(fs, args); err != nil {
-		return err
-	}
-	build := version.Get()
-	if *showVersion {
-		_, err := fmt.Fprintln(stdout, build.Line(name))
-		return err
-	}
-	klog.Background().Info("Starting "+name, "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
+// complete turns the flags that are not Config fields as they are into
+// the Config.
+func (o *options) complete() error {
 	var err error
 	if o.cfg.Policy.ReservedBytes, err = parseBytes("--reserved", o.reserved); err != nil {
 		return err
@@ -110,28 +135,30 @@ func run(args []string, stdout io.Writer) error {
 	if o.cfg.Policy.DefaultRequestBytes < v1alpha1.CapacityStep {
 		return fmt.Errorf("--default-request %s must be at least 1Mi", o.defaultRequest)
 	}
+	o.cfg.Pressure.SwapFullThreshold, o.cfg.Pressure.SwapFullClear = o.swapFullPercent/100, o.swapFullClearPercent/100
+	return nil
+}
 
+// clients returns the client for the kubelet's calls and sets the
+// Config's BackgroundClient.
+func (o *options) clients() (kubernetes.Interface, error) {
 	restConfig, err := commandline.RESTConfig(o.kubeconfig)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	o.cfg.Pressure.SwapFullThreshold, o.cfg.Pressure.SwapFullClear = o.swapFullPercent/100, o.swapFullClearPercent/100
 	if o.qps <= 0 || o.burst <= 0 {
-		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d must be positive", o.qps, o.burst)
+		return nil, fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d must be positive", o.qps, o.burst)
 	}
 	restConfig.QPS, restConfig.Burst = o.qps, o.burst
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
-		return fmt.Errorf("create client: %w", err)
+		return nil, fmt.Errorf("create client: %w", err)
 	}
 	// Each clientset built from a config gets a rate limiter of its own.
 	if o.cfg.BackgroundClient, err = kubernetes.NewForConfig(restConfig); err != nil {
-		return fmt.Errorf("create client: %w", err)
+		return nil, fmt.Errorf("create client: %w", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background())
-	return driver.Run(ctx, o.cfg, client)
+	return client, nil
 }
 
 func parseBytes(flag, s string) (int64, error) {

@@ -122,7 +122,14 @@ func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface,
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- driver.Run(ctx, cfg, client) }()
+	go func() {
+		plugin, err := driver.New(ctx, cfg, client)
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- plugin.Run(ctx)
+	}()
 	return cfg, done
 }
 

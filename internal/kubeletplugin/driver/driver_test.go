@@ -1,16 +1,13 @@
 package driver
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -39,18 +36,13 @@ func TestHealthReport(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			var current node
-			p := &Publisher{
-				NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1},
-				Discover: func(context.Context) (discovery.Facts, error) { return facts(current.total), nil },
-				Publish:  func(context.Context, resourceslice.DriverResources) error { return nil },
-				Prepared: func() (int64, error) { return current.prepared, nil },
-			}
-			if err := p.TakeOver(ctx); err != nil {
+			fake := &fakeNode{}
+			p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: fake}
+			if err := p.TakeOver(ctx, &sliceRecorder{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, n := range tc.syncs {
-				current = n
+				fake.facts, fake.prepared = facts(n.total), n.prepared
 				if _, err := p.Sync(ctx); err != nil {
 					t.Fatalf("sync %+v: %v", n, err)
 				}

@@ -1,12 +1,10 @@
 package driver
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
@@ -21,7 +19,6 @@ import (
 // included, a Normal event when it is read again), under an action no
 // taint event uses, with a bounded note.
 func TestPublisherKubeletConfigEvents(t *testing.T) {
-	type event struct{ eventType, reason, action, note string }
 	unreadable := func(problem string) discovery.Facts {
 		f := facts(1 << 30)
 		f.SwapBehavior, f.SwapBehaviorProblem = v1alpha1.SwapBehaviorUnknown, problem
@@ -43,31 +40,20 @@ func TestPublisherKubeletConfigEvents(t *testing.T) {
 	}
 
 	_, ctx := ktesting.NewTestContext(t)
-	var current discovery.Facts
-	var events []event
-	var published []resourceslice.DriverResources
-	p := &Publisher{
-		NodeName: "node-a",
-		Policy:   swapdevice.Policy{OvercommitRatio: 1},
-		Discover: func(context.Context) (discovery.Facts, error) { return current, nil },
-		Publish: func(_ context.Context, r resourceslice.DriverResources) error {
-			published = append(published, r)
-			return nil
-		},
-		NodeEvent: func(eventType, reason, action, message string) {
-			events = append(events, event{eventType, reason, action, message})
-		},
-	}
-	if err := p.TakeOver(ctx); err != nil {
+	node := &fakeNode{}
+	reporter := &eventRecorder{}
+	written := &sliceRecorder{}
+	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
+	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range steps {
-		before := len(events)
-		current = s.facts
+		before := len(reporter.events)
+		node.facts = s.facts
 		if _, err := p.Sync(ctx); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		got := events[before:]
+		got := reporter.events[before:]
 		if s.wantEvent == "" {
 			if len(got) != 0 {
 				t.Errorf("%s: events %+v, want none", s.name, got)
@@ -85,15 +71,15 @@ func TestPublisherKubeletConfigEvents(t *testing.T) {
 		if e.eventType != wantType || e.reason != s.wantEvent || e.action != "ReadKubeletConfig" {
 			t.Errorf("%s: event %s/%s/%s, want %s/%s/ReadKubeletConfig", s.name, e.eventType, e.reason, e.action, wantType, s.wantEvent)
 		}
-		if !strings.Contains(e.note, s.wantInNote) || len(e.note) > eventmsg.NoteLimit {
-			t.Errorf("%s: note (%d bytes) %q, want at most %d bytes mentioning %q", s.name, len(e.note), e.note, eventmsg.NoteLimit, s.wantInNote)
+		if !strings.Contains(e.message, s.wantInNote) || len(e.message) > eventmsg.NoteLimit {
+			t.Errorf("%s: note (%d bytes) %q, want at most %d bytes mentioning %q", s.name, len(e.message), e.message, eventmsg.NoteLimit, s.wantInNote)
 		}
 		if e.action == taintAction("Taint", v1alpha1.TaintOvercommitted) || e.action == taintAction("Untaint", v1alpha1.TaintOvercommitted) {
 			t.Errorf("%s: action %s is a taint's", s.name, e.action)
 		}
 	}
 	// What the last step published: the behavior as Unknown.
-	last := published[len(published)-1].Pools["node-a"].Slices[0].Devices[0]
+	last := written.published[len(written.published)-1].Pools["node-a"].Slices[0].Devices[0]
 	if got := last.Attributes[v1alpha1.AttrSwapBehavior].StringValue; got == nil || *got != v1alpha1.SwapBehaviorUnknown {
 		t.Errorf("published swapBehavior %v, want %s", got, v1alpha1.SwapBehaviorUnknown)
 	}

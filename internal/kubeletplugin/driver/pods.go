@@ -29,8 +29,11 @@ const podCacheWait = 2 * time.Second
 // plugin reads no other node's pods, and no prepare waits for the API
 // server.
 type podSource struct {
-	lister listersv1.PodLister
-	synced cache.InformerSynced
+	node string
+	// factory starts the informer (start); nil in tests.
+	factory informers.SharedInformerFactory
+	lister  listersv1.PodLister
+	synced  cache.InformerSynced
 	// wait bounds the wait for a pod not in the cache yet (podCacheWait).
 	wait time.Duration
 
@@ -40,8 +43,8 @@ type podSource struct {
 	waiters map[string][]chan struct{}
 }
 
-// watchPods starts the node's pod informer and waits for its first list.
-func watchPods(ctx context.Context, client kubernetes.Interface, nodeName string) (*podSource, error) {
+// newPodSource sets up the node's pod informer; start starts it.
+func newPodSource(client kubernetes.Interface, nodeName string) (*podSource, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
 	}))
@@ -51,20 +54,25 @@ func watchPods(ctx context.Context, client kubernetes.Interface, nodeName string
 	if err := informer.Informer().SetTransform(trimPod); err != nil {
 		return nil, fmt.Errorf("watch pods of node %s: %w", nodeName, err)
 	}
-	src := &podSource{lister: informer.Lister(), synced: informer.Informer().HasSynced, wait: podCacheWait}
+	src := &podSource{node: nodeName, factory: factory, lister: informer.Lister(), synced: informer.Informer().HasSynced, wait: podCacheWait}
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    src.arrived,
 		UpdateFunc: func(_, obj any) { src.arrived(obj) },
 	}); err != nil {
 		return nil, fmt.Errorf("watch pods of node %s: %w", nodeName, err)
 	}
-	factory.Start(ctx.Done())
+	return src, nil
+}
+
+// start starts the informer and waits for its first list.
+func (s *podSource) start(ctx context.Context) error {
+	s.factory.Start(ctx.Done())
 	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), src.synced) {
-		return nil, fmt.Errorf("watch pods of node %s: cache did not sync", nodeName)
+	if !cache.WaitForCacheSync(syncCtx.Done(), s.synced) {
+		return fmt.Errorf("watch pods of node %s: cache did not sync", s.node)
 	}
-	return src, nil
+	return nil
 }
 
 // GetPod implements prepare.PodGetter from the cache. A pod the cache has

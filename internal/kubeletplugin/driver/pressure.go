@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 )
@@ -28,12 +29,18 @@ type pressureWatcher struct {
 	source  pressure.Source
 	monitor *pressure.Monitor
 	metrics *Metrics
-	// nodeEvent records an event on the Node; kick republishes.
-	nodeEvent func(eventType, reason, action, message string)
-	kick      func()
-	now       func() time.Time
+	events  EventSink
+	clock   clock.PassiveClock
+	// changed fires when a taint came or went (buffered, one).
+	changed chan struct{}
 	// psiProblem is the last reason PSI was missing, logged once.
 	psiProblem string
+}
+
+var _ TaintSource = (*pressureWatcher)(nil)
+
+func newPressureWatcher(source pressure.Source, monitor *pressure.Monitor, metrics *Metrics, events EventSink, clk clock.PassiveClock) *pressureWatcher {
+	return &pressureWatcher{source: source, monitor: monitor, metrics: metrics, events: events, clock: clk, changed: make(chan struct{}, 1)}
 }
 
 // kubepodsCgroup finds the kubepods cgroup on a cgroup v2 host (the
@@ -51,8 +58,8 @@ func kubepodsCgroup(root string, cgroupVersion int) string {
 	return ""
 }
 
-// taints are the pressure taints to publish.
-func (w *pressureWatcher) taints() []resourceapi.DeviceTaint {
+// Taints are the pressure taints to publish.
+func (w *pressureWatcher) Taints() []resourceapi.DeviceTaint {
 	var out []resourceapi.DeviceTaint
 	for _, t := range w.monitor.Active() {
 		since := metav1.NewTime(t.Since.Truncate(time.Second))
@@ -61,20 +68,25 @@ func (w *pressureWatcher) taints() []resourceapi.DeviceTaint {
 	return out
 }
 
-// seed starts the monitor from the pressure taints an earlier instance
-// published (see Publisher.Seed): they stay, with their values and times,
-// until the clear rule clears them.
-func (w *pressureWatcher) seed(published []resourceapi.DeviceTaint) []string {
+// Seed starts the monitor from the pressure taints an earlier instance
+// published (see Publisher.TakeOver): they stay, with their values and
+// times, until the clear rule clears them.
+func (w *pressureWatcher) Seed(ctx context.Context, published []resourceapi.DeviceTaint) {
 	var taints []pressure.Taint
 	for _, t := range published {
-		since := w.now()
+		since := w.clock.Now()
 		if t.TimeAdded != nil {
 			since = t.TimeAdded.Time
 		}
 		taints = append(taints, pressure.Taint{Key: t.Key, Value: t.Value, Since: since})
 	}
-	return w.monitor.Seed(taints)
+	if keys := w.monitor.Seed(taints); len(keys) > 0 {
+		klog.FromContext(ctx).Info("Keeping the pressure taints published before until they clear", "taints", keys)
+	}
 }
+
+// Changed fires when a taint came or went.
+func (w *pressureWatcher) Changed() <-chan struct{} { return w.changed }
 
 // step takes one sample and acts on what changed.
 func (w *pressureWatcher) step(ctx context.Context) {
@@ -88,20 +100,23 @@ func (w *pressureWatcher) step(ctx context.Context) {
 		logger.Info("No pressure stall information: memory-pressure taints are off, swap-full taints stay on", "problem", sample.PSIProblem)
 	}
 	w.psiProblem = sample.PSIProblem
-	changed := w.monitor.Observe(w.now(), sample)
+	changed := w.monitor.Observe(w.clock.Now(), sample)
 	w.metrics.setPressure(w.monitor.Figures(), w.monitor.Active())
 	for _, tr := range changed {
 		if tr.Set {
 			logger.Info("Tainting the swap device", "taint", tr.Key, "value", tr.Value, "reason", tr.Reason)
-			w.nodeEvent(corev1.EventTypeWarning, ReasonPressureTainted, taintAction("Taint", tr.Key), "Swap device tainted "+tr.Key+"="+tr.Value+":NoSchedule: "+tr.Reason+
+			w.events.NodeEvent(corev1.EventTypeWarning, ReasonPressureTainted, taintAction("Taint", tr.Key), "Swap device tainted "+tr.Key+"="+tr.Value+":NoSchedule: "+tr.Reason+
 				"; new swap claims go to other nodes, pods already running keep their swap")
 		} else {
 			logger.Info("Clearing a swap device taint", "taint", tr.Key, "value", tr.Value, "reason", tr.Reason)
-			w.nodeEvent(corev1.EventTypeNormal, ReasonPressureCleared, taintAction("Untaint", tr.Key), "Swap device taint "+tr.Key+" removed: "+tr.Reason)
+			w.events.NodeEvent(corev1.EventTypeNormal, ReasonPressureCleared, taintAction("Untaint", tr.Key), "Swap device taint "+tr.Key+" removed: "+tr.Reason)
 		}
 	}
 	if len(changed) > 0 {
-		w.kick()
+		select {
+		case w.changed <- struct{}{}:
+		default:
+		}
 	}
 }
 

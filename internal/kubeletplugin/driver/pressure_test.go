@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
@@ -46,45 +47,43 @@ func TestPressureWatcher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
-	type event struct{ eventType, reason, action, message string }
-	var events []event
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
+	reporter := &eventRecorder{}
 	kicks := 0
 	metrics := NewMetrics()
-	w := &pressureWatcher{
-		source:  pressure.Source{Root: root, CgroupV2KubepodsPath: kubepodsCgroup(root, 2)},
-		monitor: monitor, metrics: metrics,
-		nodeEvent: func(eventType, reason, action, message string) {
-			events = append(events, event{eventType, reason, action, message})
-		},
-		kick: func() { kicks++ },
-		now:  func() time.Time { return now },
-	}
+	w := newPressureWatcher(pressure.Source{Root: root, CgroupV2KubepodsPath: kubepodsCgroup(root, 2)}, monitor, metrics, reporter, clk)
 	if w.source.CgroupV2KubepodsPath != "kubepods.slice" {
 		t.Fatalf("kubepods cgroup %q, want kubepods.slice", w.source.CgroupV2KubepodsPath)
 	}
+	// Each step counts whether it told the publisher the taints changed.
 	step := func(d time.Duration) {
-		now = now.Add(d)
+		clk.SetTime(clk.Now().Add(d))
 		w.step(ctx)
+		select {
+		case <-w.Changed():
+			kicks++
+		default:
+		}
 	}
 	step(0)
-	if len(w.taints()) != 0 || kicks != 0 {
-		t.Fatalf("taints %v, kicks %d on a quiet node", w.taints(), kicks)
+	if len(w.Taints()) != 0 || kicks != 0 {
+		t.Fatalf("taints %v, kicks %d on a quiet node", w.Taints(), kicks)
 	}
 	// The kubepods cgroup thrashes; swap fills.
 	write("sys/fs/cgroup/kubepods.slice/memory.pressure", psi("45.50", "12.00"))
 	write("proc/meminfo", meminfo("1048576", "52428"))
 	step(5 * time.Second) // high from here
 	step(5 * time.Second)
-	if len(w.taints()) != 0 {
-		t.Fatalf("taints %v before the dwell time", w.taints())
+	if len(w.Taints()) != 0 {
+		t.Fatalf("taints %v before the dwell time", w.Taints())
 	}
 	step(5 * time.Second)
-	taints := w.taints()
+	taints := w.Taints()
 	if len(taints) != 2 || taints[0].Key != v1alpha1.TaintMemoryPressure || taints[1].Key != v1alpha1.TaintSwapFull ||
 		taints[0].Effect != "NoSchedule" || taints[0].TimeAdded == nil {
 		t.Fatalf("taints %+v, want memory-pressure and swap-full", taints)
 	}
+	events := reporter.events
 	if kicks != 1 || len(events) != 2 || events[0].reason != ReasonPressureTainted || !strings.Contains(events[0].message, "dra.swap/memory-pressure=") {
 		t.Fatalf("kicks %d, events %+v", kicks, events)
 	}
@@ -109,12 +108,13 @@ func TestPressureWatcher(t *testing.T) {
 	write("proc/meminfo", meminfo("1048576", "1000000"))
 	step(10 * time.Second) // low from here
 	step(10 * time.Second)
-	if len(w.taints()) != 2 {
-		t.Fatalf("taints cleared before the dwell time: %v", w.taints())
+	if len(w.Taints()) != 2 {
+		t.Fatalf("taints cleared before the dwell time: %v", w.Taints())
 	}
 	step(10 * time.Second)
-	if len(w.taints()) != 0 || kicks != 2 || len(events) != 4 || events[3].reason != ReasonPressureCleared {
-		t.Fatalf("taints %v, kicks %d, events %+v after clearing", w.taints(), kicks, events)
+	events = reporter.events
+	if len(w.Taints()) != 0 || kicks != 2 || len(events) != 4 || events[3].reason != ReasonPressureCleared {
+		t.Fatalf("taints %v, kicks %d, events %+v after clearing", w.Taints(), kicks, events)
 	}
 	// A kernel without PSI: swap-full still works, and the metric says so.
 	for _, dir := range []string{"proc/pressure", "sys/fs/cgroup/kubepods.slice"} {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
@@ -21,81 +22,93 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
+// Node is what the Publisher reads of the node it describes.
+type Node interface {
+	// Discover reads the node's current swap facts.
+	Discover(ctx context.Context) (discovery.Facts, error)
+	// Labels returns the Node's current labels (nil when unknown).
+	Labels() map[string]string
+	// Changed fires when the Node's labels change.
+	Changed() <-chan struct{}
+	// PreparedSwap returns the swap the node's prepared claims hold;
+	// above the offer, the device gets TaintOvercommitted.
+	PreparedSwap() (int64, error)
+	// Published returns the node's device as currently published (nil if
+	// none is). TakeOver calls it once it holds the publish lock, so the
+	// first publish keeps the taints published before.
+	Published(ctx context.Context) (*resourceapi.Device, error)
+}
+
+// EventSink records events on the Node.
+type EventSink interface {
+	// NodeEvent records an event on the Node. The action names the taint
+	// (taintAction): the events API folds events with the same regarding
+	// object, reason and action into one series that keeps the first
+	// note, so two taints must not share an action.
+	NodeEvent(eventType, reason, action, message string)
+}
+
+// Reporter is told what the Publisher decided: the Node's events and,
+// after each check, whether the device carries TaintOvercommitted (for
+// the metrics).
+type Reporter interface {
+	EventSink
+	Overcommitted(tainted bool)
+}
+
+// TaintSource adds taints to the device (the pressure taints), each
+// keeping its TimeAdded while it stays.
+type TaintSource interface {
+	Taints() []resourceapi.DeviceTaint
+	// Seed is handed the published device's taints when this instance
+	// takes over publishing (TaintOvercommitted is the Publisher's own).
+	Seed(ctx context.Context, published []resourceapi.DeviceTaint)
+	// Changed fires when a taint came or went.
+	Changed() <-chan struct{}
+}
+
+// SliceWriter publishes the node's ResourceSlice: the kubelet plugin
+// helper (*kubeletplugin.Helper), once started.
+type SliceWriter interface {
+	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
+}
+
 // Publisher keeps the node's ResourceSlice in step with the node: it
 // rediscovers the swap facts periodically (and whenever the Node's labels
 // change) and republishes only when the device changed.
 type Publisher struct {
 	NodeName string
 	Policy   swapdevice.Policy
-	// Discover reads the node's current facts.
-	Discover func(ctx context.Context) (discovery.Facts, error)
-	// NodeLabels returns the Node's current labels (nil when unknown).
-	NodeLabels func() map[string]string
-	// Publish hands the resources to the kubelet plugin helper.
-	Publish func(ctx context.Context, resources resourceslice.DriverResources) error
-	// Prepared, if set, returns the swap the node's prepared claims hold;
-	// above the offer, the device gets TaintOvercommitted.
-	Prepared func() (int64, error)
-	// NodeEvent, if set, records an event on the Node. The action names
-	// the taint (taintAction): the events API folds events with the same
-	// regarding object, reason and action into one series that keeps the
-	// first note, so two taints must not share an action.
-	NodeEvent func(eventType, reason, action, message string)
-	// Overcommitted, if set, is told after each check whether the device
-	// carries TaintOvercommitted (for the metrics).
-	Overcommitted func(bool)
-	// ExtraTaints, if set, returns more taints for the device (the
-	// pressure taints), each keeping its TimeAdded while it stays.
-	ExtraTaints func() []resourceapi.DeviceTaint
-	// Now is the clock (time.Now).
-	Now func() time.Time
+	Node     Node
+	// Reporter, if set, is told the events and the overcommit taint.
+	Reporter Reporter
+	// Taints, if set, adds the pressure taints.
+	Taints TaintSource
+	// Clock is the clock (clock.RealClock when nil).
+	Clock clock.PassiveClock
 
 	// LockPath, if set, is the node's publish lock: a file every plugin
 	// instance on the node locks (flock) before it writes the node's
 	// ResourceSlice. During a rolling update the old and the new instance
 	// run together, and two ResourceSlice controllers publishing one pool
 	// undo each other's writes; so an instance publishes only while it
-	// holds the lock (see TakeOver). Without it, Sync always publishes.
+	// holds the lock (see TakeOver). Without it, TakeOver does not wait.
 	LockPath string
 	// LockRetry is how often TakeOver tries the lock (time.Second).
 	LockRetry time.Duration
-	// ReadPublished, if set, returns the node's device as currently
-	// published (nil if none is). TakeOver calls it once it holds the
-	// lock, so the first publish keeps the taints published before.
-	ReadPublished func(ctx context.Context) (*resourceapi.Device, error)
-	// Seed, if set, is handed the published device's taints (see
-	// ReadPublished), for the pressure taints; TaintOvercommitted is
-	// seeded by the publisher itself.
-	Seed func(published []resourceapi.DeviceTaint)
 
 	taints  deviceTaints
 	mu      sync.Mutex
 	state   publishedState
-	kicks   chan struct{}
 	writing chan struct{} // closed once this instance publishes
-	writer  bool
-	unlock  func()
+	// slices is where Sync publishes, set by TakeOver: nil while another
+	// instance publishes.
+	slices SliceWriter
+	unlock func()
 
 	// configUnreadable is the kubelet configuration's state the writer
 	// told the Node of last (false, readable, before the first sync).
 	configUnreadable bool
-}
-
-// Kick makes Run sync now (a taint came or went).
-func (p *Publisher) Kick() {
-	select {
-	case p.kickChan() <- struct{}{}:
-	default:
-	}
-}
-
-func (p *Publisher) kickChan() chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.kicks == nil {
-		p.kicks = make(chan struct{}, 1)
-	}
-	return p.kicks
 }
 
 // Event reasons on the Node.
@@ -164,17 +177,13 @@ func (p *Publisher) Offer() int64 {
 // from one goroutine.
 func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	logger := klog.FromContext(ctx)
-	facts, err := p.Discover(ctx)
+	facts, err := p.Node.Discover(ctx)
 	if err != nil {
 		return false, fmt.Errorf("discover swap on node %s: %w", p.NodeName, err)
 	}
-	var labels map[string]string
-	if p.NodeLabels != nil {
-		labels = maps.Clone(p.NodeLabels())
-	}
-	device, reason := swapdevice.Device(facts, labels, p.Policy)
-	writer := p.isWriter()
-	if !writer {
+	device, reason := swapdevice.Device(facts, maps.Clone(p.Node.Labels()), p.Policy)
+	slices := p.writer()
+	if slices == nil {
 		// Another instance publishes: know the offer, leave the taints
 		// and their events to the writer.
 		p.mu.Lock()
@@ -189,8 +198,8 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	p.checkOvercommit(ctx, offer)
 	p.checkKubeletConfig(facts)
 	device.Taints = append(device.Taints, p.taints.list()...)
-	if p.ExtraTaints != nil && reason == "" {
-		device.Taints = append(device.Taints, p.ExtraTaints()...)
+	if p.Taints != nil && reason == "" {
+		device.Taints = append(device.Taints, p.Taints.Taints()...)
 	}
 	p.mu.Lock()
 	unchanged := p.state.published && equality.Semantic.DeepEqual(device, p.state.device)
@@ -202,7 +211,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	if unchanged {
 		return false, nil
 	}
-	if err := p.Publish(ctx, swapdevice.Resources(p.NodeName, device)); err != nil {
+	if err := slices.PublishResources(ctx, swapdevice.Resources(p.NodeName, device)); err != nil {
 		return false, fmt.Errorf("publish ResourceSlice of node %s: %w", p.NodeName, err)
 	}
 	if reason != "" {
@@ -221,24 +230,17 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 // checkOvercommit taints the device while the prepared claims hold more
 // swap than the node offers, telling the Node when it starts and ends.
 func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
-	if p.Prepared == nil {
-		return
-	}
-	prepared, err := p.Prepared()
+	prepared, err := p.Node.PreparedSwap()
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot read the prepared claims; keeping the overcommit taint as it is")
 		return
 	}
-	now := time.Now
-	if p.Now != nil {
-		now = p.Now
-	}
-	if p.Overcommitted != nil {
-		defer func() { p.Overcommitted(p.taints.has(v1alpha1.TaintOvercommitted)) }()
+	if p.Reporter != nil {
+		defer func() { p.Reporter.Overcommitted(p.taints.has(v1alpha1.TaintOvercommitted)) }()
 	}
 	if prepared > offer {
 		value := fmt.Sprintf("held-%dMi-offered-%dMi", prepared>>20, offer>>20)
-		if p.taints.set(v1alpha1.TaintOvercommitted, value, now()) {
+		if p.taints.set(v1alpha1.TaintOvercommitted, value, p.now()) {
 			msg := fmt.Sprintf("Swap claims prepared on the node hold %s but the node offers %s now (its swap shrank or was turned off): "+
 				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end",
 				quantity(prepared), quantity(offer), v1alpha1.TaintOvercommitted)
@@ -276,9 +278,16 @@ func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
 }
 
 func (p *Publisher) nodeEvent(eventType, reason, action, message string) {
-	if p.NodeEvent != nil {
-		p.NodeEvent(eventType, reason, action, message)
+	if p.Reporter != nil {
+		p.Reporter.NodeEvent(eventType, reason, action, message)
 	}
+}
+
+func (p *Publisher) now() time.Time {
+	if p.Clock == nil {
+		return time.Now()
+	}
+	return p.Clock.Now()
 }
 
 // taintAction is an event's action for setting or removing a taint: the
@@ -296,18 +305,21 @@ func taintAction(verb, key string) string {
 
 func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
 
-// Run takes over publishing (TakeOver), then syncs at once, every
-// interval and whenever trigger fires, until ctx ends. Errors are logged
-// and retried at the next tick; the last published slice stays in place
-// meanwhile.
-func (p *Publisher) Run(ctx context.Context, interval time.Duration, trigger <-chan struct{}) {
+// Run takes over publishing to slices (TakeOver), then syncs at once,
+// every interval and whenever the Node's labels or the taints change,
+// until ctx ends. Errors are logged and retried at the next tick; the last
+// published slice stays in place meanwhile.
+func (p *Publisher) Run(ctx context.Context, slices SliceWriter, interval time.Duration) {
 	logger := klog.FromContext(ctx)
-	if err := p.TakeOver(ctx); err != nil {
+	if err := p.TakeOver(ctx, slices); err != nil {
 		return // ctx ended
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
-	kicks := p.kickChan()
+	var taintsChanged <-chan struct{} // nil: never
+	if p.Taints != nil {
+		taintsChanged = p.Taints.Changed()
+	}
 	for {
 		if _, err := p.Sync(ctx); err != nil {
 			logger.Error(err, "Swap rediscovery failed; keeping the last published state")
@@ -316,8 +328,8 @@ func (p *Publisher) Run(ctx context.Context, interval time.Duration, trigger <-c
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-		case <-trigger:
-		case <-kicks:
+		case <-p.Node.Changed():
+		case <-taintsChanged:
 		}
 	}
 }

@@ -1,12 +1,10 @@
 package driver
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
@@ -25,24 +23,13 @@ func facts(total int64) discovery.Facts {
 
 func TestPublisherSync(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	current := facts(1 << 30)
-	var discoverErr error
-	labels := map[string]string{"topology.kubernetes.io/zone": "a"}
-	var published []resourceslice.DriverResources
-	p := &Publisher{
-		NodeName:   "node-a",
-		Policy:     swapdevice.Policy{OvercommitRatio: 1},
-		Discover:   func(context.Context) (discovery.Facts, error) { return current, discoverErr },
-		NodeLabels: func() map[string]string { return labels },
-		Publish: func(_ context.Context, r resourceslice.DriverResources) error {
-			published = append(published, r)
-			return nil
-		},
-	}
-	if err := p.TakeOver(ctx); err != nil {
+	node := &fakeNode{facts: facts(1 << 30), labels: map[string]string{"topology.kubernetes.io/zone": "a"}}
+	written := &sliceRecorder{}
+	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node}
+	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
-	devices := func(i int) int { return len(published[i].Pools["node-a"].Slices[0].Devices) }
+	devices := func(i int) int { return len(written.published[i].Pools["node-a"].Slices[0].Devices) }
 
 	steps := []struct {
 		name          string
@@ -53,14 +40,14 @@ func TestPublisherSync(t *testing.T) {
 	}{
 		{name: "first sync publishes", change: func() {}, wantPublished: true, wantDevices: 1},
 		{name: "nothing changed", change: func() {}},
-		{name: "used swap changes nothing published", change: func() { current.UsedBytes = 5 }},
-		{name: "swapon", change: func() { current = facts(2 << 30) }, wantPublished: true, wantDevices: 1},
-		{name: "label change", change: func() { labels = map[string]string{"topology.kubernetes.io/zone": "b"} }, wantPublished: true, wantDevices: 1},
-		{name: "discovery fails", change: func() { discoverErr = errors.New("malformed /proc/swaps") }, wantErr: "malformed /proc/swaps"},
-		{name: "swapoff", change: func() { discoverErr = nil; current = facts(0) }, wantPublished: true, wantDevices: 1},
+		{name: "used swap changes nothing published", change: func() { node.facts.UsedBytes = 5 }},
+		{name: "swapon", change: func() { node.facts = facts(2 << 30) }, wantPublished: true, wantDevices: 1},
+		{name: "label change", change: func() { node.labels = map[string]string{"topology.kubernetes.io/zone": "b"} }, wantPublished: true, wantDevices: 1},
+		{name: "discovery fails", change: func() { node.err = errors.New("malformed /proc/swaps") }, wantErr: "malformed /proc/swaps"},
+		{name: "swapoff", change: func() { node.err = nil; node.facts = facts(0) }, wantPublished: true, wantDevices: 1},
 	}
 	for _, s := range steps {
-		before := len(published)
+		before := len(written.published)
 		s.change()
 		got, err := p.Sync(ctx)
 		if s.wantErr != "" {
@@ -72,11 +59,11 @@ func TestPublisherSync(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if got != s.wantPublished || (len(published) > before) != s.wantPublished {
-			t.Fatalf("%s: published=%v (calls %d→%d), want %v", s.name, got, before, len(published), s.wantPublished)
+		if got != s.wantPublished || (len(written.published) > before) != s.wantPublished {
+			t.Fatalf("%s: published=%v (calls %d→%d), want %v", s.name, got, before, len(written.published), s.wantPublished)
 		}
-		if s.wantPublished && devices(len(published)-1) != s.wantDevices {
-			t.Fatalf("%s: %d devices, want %d", s.name, devices(len(published)-1), s.wantDevices)
+		if s.wantPublished && devices(len(written.published)-1) != s.wantDevices {
+			t.Fatalf("%s: %d devices, want %d", s.name, devices(len(written.published)-1), s.wantDevices)
 		}
 	}
 	if dev, reason := p.Device(); dev == nil || len(dev.Taints) != 1 || !strings.Contains(reason, "no active swap device") {
@@ -89,30 +76,16 @@ func TestPublisherSync(t *testing.T) {
 // the Node is told; when swap returns, the taint goes.
 func TestPublisherOvercommitTaint(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	current := facts(1 << 30)
-	prepared := int64(768 << 20)
-	var published []resourceslice.DriverResources
-	type event struct{ eventType, reason, action, message string }
-	var events []event
-	p := &Publisher{
-		NodeName: "node-a",
-		Policy:   swapdevice.Policy{OvercommitRatio: 1},
-		Discover: func(context.Context) (discovery.Facts, error) { return current, nil },
-		Publish: func(_ context.Context, r resourceslice.DriverResources) error {
-			published = append(published, r)
-			return nil
-		},
-		Prepared: func() (int64, error) { return prepared, nil },
-		NodeEvent: func(eventType, reason, action, message string) {
-			events = append(events, event{eventType, reason, action, message})
-		},
-	}
-	if err := p.TakeOver(ctx); err != nil {
+	node := &fakeNode{facts: facts(1 << 30), prepared: 768 << 20}
+	written := &sliceRecorder{}
+	reporter := &eventRecorder{}
+	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
+	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
 	taints := func() []string {
 		var keys []string
-		for _, tt := range published[len(published)-1].Pools["node-a"].Slices[0].Devices[0].Taints {
+		for _, tt := range written.published[len(written.published)-1].Pools["node-a"].Slices[0].Devices[0].Taints {
 			keys = append(keys, tt.Key+"="+tt.Value+":"+string(tt.Effect))
 		}
 		return keys
@@ -124,33 +97,37 @@ func TestPublisherOvercommitTaint(t *testing.T) {
 		}
 	}
 	sync("1Gi offered, 768Mi held")
-	if got := taints(); len(got) != 0 || len(events) != 0 {
-		t.Fatalf("taints %v, events %v; want none", got, events)
+	if got := taints(); len(got) != 0 || len(reporter.events) != 0 {
+		t.Fatalf("taints %v, events %v; want none", got, reporter.events)
 	}
 	if got := p.Offer(); got != 1<<30 {
 		t.Errorf("Offer() = %d", got)
 	}
-	current = facts(512 << 20) // a swap file was turned off
+	node.facts = facts(512 << 20) // a swap file was turned off
 	sync("512Mi offered")
 	if got := taints(); len(got) != 1 || got[0] != v1alpha1.TaintOvercommitted+"=held-768Mi-offered-512Mi:NoSchedule" {
 		t.Fatalf("taints %v, want %s", got, v1alpha1.TaintOvercommitted)
 	}
-	if len(events) != 1 || events[0].eventType != "Warning" || events[0].reason != ReasonOvercommitted ||
-		!strings.Contains(events[0].message, "hold 768Mi but the node offers 512Mi") {
-		t.Fatalf("events %+v", events)
+	if !reporter.overcommitted {
+		t.Errorf("the metrics were not told of the overcommit")
 	}
-	n := len(published)
+	events := func() []nodeEvent { return reporter.events }
+	if len(events()) != 1 || events()[0].eventType != "Warning" || events()[0].reason != ReasonOvercommitted ||
+		!strings.Contains(events()[0].message, "hold 768Mi but the node offers 512Mi") {
+		t.Fatalf("events %+v", events())
+	}
+	n := len(written.published)
 	sync("nothing changed")
-	if len(published) != n || len(events) != 1 {
-		t.Errorf("an unchanged overcommit republished (%d→%d) or told the Node again (%d events)", n, len(published), len(events))
+	if len(written.published) != n || len(events()) != 1 {
+		t.Errorf("an unchanged overcommit republished (%d→%d) or told the Node again (%d events)", n, len(written.published), len(events()))
 	}
-	current = facts(1 << 30)
+	node.facts = facts(1 << 30)
 	sync("swap is back")
-	if got := taints(); len(got) != 0 {
-		t.Fatalf("taints %v after swap returned", got)
+	if got := taints(); len(got) != 0 || reporter.overcommitted {
+		t.Fatalf("taints %v after swap returned (metrics told overcommitted: %v)", got, reporter.overcommitted)
 	}
-	if len(events) != 2 || events[1].reason != ReasonOvercommitCleared || events[0].action != "TaintOvercommitted" || events[1].action != "UntaintOvercommitted" {
-		t.Fatalf("events %+v", events)
+	if len(events()) != 2 || events()[1].reason != ReasonOvercommitCleared || events()[0].action != "TaintOvercommitted" || events()[1].action != "UntaintOvercommitted" {
+		t.Fatalf("events %+v", events())
 	}
 }
 

@@ -18,13 +18,13 @@ import (
 )
 
 // TakeOver makes this instance the writer of the node's ResourceSlice:
-// Sync publishes only after it. It waits until it holds the publish lock
-// (LockPath; another instance on the node holds it during a rolling
-// update, until that process exits or calls Close), then reads the device
-// as published (ReadPublished, retried until it succeeds) and seeds the
-// taints found on it, so that the first publish keeps them. It returns
-// ctx's error if ctx ends first. Call it once.
-func (p *Publisher) TakeOver(ctx context.Context) error {
+// Sync publishes to slices only after it. It waits until it holds the
+// publish lock (LockPath; another instance on the node holds it during a
+// rolling update, until that process exits or calls Close), then reads
+// the device as published (Node.Published, retried until it succeeds) and
+// seeds the taints found on it, so that the first publish keeps them. It
+// returns ctx's error if ctx ends first. Call it once.
+func (p *Publisher) TakeOver(ctx context.Context, slices SliceWriter) error {
 	logger := klog.FromContext(ctx)
 	retry := p.LockRetry
 	if retry <= 0 {
@@ -41,31 +41,29 @@ func (p *Publisher) TakeOver(ctx context.Context) error {
 		p.unlock = unlock
 		p.mu.Unlock()
 	}
-	if p.ReadPublished != nil {
-		for {
-			device, err := p.ReadPublished(ctx)
-			if err == nil {
-				p.seed(ctx, device)
-				break
-			}
-			logger.Error(err, "Cannot read the node's published ResourceSlice; retrying before publishing, so as not to drop its taints", "retry", retry)
-			select {
-			case <-ctx.Done():
-				p.Close()
-				return fmt.Errorf("read the published ResourceSlice of node %s: %w", p.NodeName, context.Cause(ctx))
-			case <-time.After(retry):
-			}
+	for {
+		device, err := p.Node.Published(ctx)
+		if err == nil {
+			p.seed(ctx, device)
+			break
+		}
+		logger.Error(err, "Cannot read the node's published ResourceSlice; retrying before publishing, so as not to drop its taints", "retry", retry)
+		select {
+		case <-ctx.Done():
+			p.Close()
+			return fmt.Errorf("read the published ResourceSlice of node %s: %w", p.NodeName, context.Cause(ctx))
+		case <-time.After(retry):
 		}
 	}
 	p.mu.Lock()
-	p.writer = true
+	p.slices = slices
 	p.mu.Unlock()
 	close(p.writingChan())
 	return nil
 }
 
 // seed starts from the taints of the published device: the overcommit
-// taint here, the others through Seed.
+// taint here, the others through Taints.Seed.
 func (p *Publisher) seed(ctx context.Context, device *resourceapi.Device) {
 	if device == nil {
 		return
@@ -76,17 +74,14 @@ func (p *Publisher) seed(ctx context.Context, device *resourceapi.Device) {
 		if t.Key != v1alpha1.TaintOvercommitted {
 			continue
 		}
-		since := time.Now()
-		if p.Now != nil {
-			since = p.Now()
-		}
+		since := p.now()
 		if t.TimeAdded != nil {
 			since = t.TimeAdded.Time
 		}
 		p.taints.set(t.Key, t.Value, since)
 	}
-	if p.Seed != nil {
-		p.Seed(device.Taints)
+	if p.Taints != nil {
+		p.Taints.Seed(ctx, device.Taints)
 	}
 	klog.FromContext(ctx).Info("Publishing the node's ResourceSlice from now on, starting from the published taints", "node", p.NodeName, "taints", keys)
 }
@@ -103,10 +98,12 @@ func (p *Publisher) writingChan() chan struct{} {
 	return p.writing
 }
 
-func (p *Publisher) isWriter() bool {
+// writer returns where Sync publishes, nil while this instance is not the
+// writer.
+func (p *Publisher) writer() SliceWriter {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.writer
+	return p.slices
 }
 
 // Close gives up the publish lock; Sync publishes no more. Call it after
@@ -115,7 +112,7 @@ func (p *Publisher) isWriter() bool {
 func (p *Publisher) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.writer = false
+	p.slices = nil
 	if p.unlock != nil {
 		p.unlock()
 		p.unlock = nil

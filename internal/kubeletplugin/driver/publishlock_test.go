@@ -15,10 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
@@ -87,29 +87,26 @@ func TestPublisherKeepsPublishedTaints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := added.Add(time.Hour)
-	var events []string
-	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: filepath.Join(t.TempDir(), "publish.lock"),
-		ReadPublished: func(ctx context.Context) (*resourceapi.Device, error) {
+	clk := clocktesting.NewFakePassiveClock(added.Add(time.Hour))
+	reporter := &eventRecorder{}
+	node := &fakeNode{facts: facts(512 << 20), prepared: 768 << 20,
+		published: func(ctx context.Context) (*resourceapi.Device, error) {
 			return publishedDevice(ctx, client, "dra.swap", "node-a")
-		},
-		Discover:  func(context.Context) (discovery.Facts, error) { return facts(512 << 20), nil },
-		Prepared:  func() (int64, error) { return 768 << 20, nil },
-		NodeEvent: func(_, reason, _, _ string) { events = append(events, reason) },
-		Now:       func() time.Time { return now },
-	}
-	var published []resourceslice.DriverResources
-	p.Publish = func(_ context.Context, r resourceslice.DriverResources) error {
-		published = append(published, r)
-		return nil
-	}
-	w := &pressureWatcher{source: pressure.Source{Root: root}, monitor: monitor, metrics: NewMetrics(),
-		nodeEvent: p.NodeEvent, kick: func() {}, now: func() time.Time { return now }}
-	p.ExtraTaints = w.taints
-	p.Seed = func(published []resourceapi.DeviceTaint) { w.seed(published) }
-
-	if err := p.TakeOver(ctx); err != nil {
+		}}
+	w := newPressureWatcher(pressure.Source{Root: root}, monitor, NewMetrics(), reporter, clk)
+	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: filepath.Join(t.TempDir(), "publish.lock"),
+		Node: node, Reporter: reporter, Taints: w, Clock: clk}
+	written := &sliceRecorder{}
+	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
+	}
+	published := func() []resourceslice.DriverResources { return written.published }
+	events := func() []string {
+		var reasons []string
+		for _, e := range reporter.events {
+			reasons = append(reasons, e.reason)
+		}
+		return reasons
 	}
 	defer p.Close()
 	resync := func(what string) {
@@ -120,11 +117,11 @@ func TestPublisherKeepsPublishedTaints(t *testing.T) {
 	}
 	resync("first publish after the restart")
 	want := []string{v1alpha1.TaintOvercommitted + "=held-768Mi-offered-512Mi@2026-11-25T09:00:00Z", v1alpha1.TaintSwapFull + "=used-95@2026-11-25T09:00:00Z"}
-	if len(published) != 1 || !slices.Equal(taintStrings(published[0], "node-a"), want) {
-		t.Fatalf("published %v, want one publish with taints %v", published, want)
+	if len(published()) != 1 || !slices.Equal(taintStrings(published()[0], "node-a"), want) {
+		t.Fatalf("published %v, want one publish with taints %v", published(), want)
 	}
-	if len(events) != 0 {
-		t.Errorf("the restart told the Node again: %v", events)
+	if len(events()) != 0 {
+		t.Errorf("the restart told the Node again: %v", events())
 	}
 	// Swap use in the band keeps the taint; below the clear threshold it
 	// goes after ClearAfter, by the usual rule.
@@ -136,16 +133,16 @@ func TestPublisherKeepsPublishedTaints(t *testing.T) {
 		{85, 0, true}, {85, 30 * time.Second, true}, {10, 10 * time.Second, true}, {10, 10 * time.Second, true}, {10, 20 * time.Second, false},
 	} {
 		meminfo(step.usedPercent)
-		now = now.Add(step.after)
+		clk.SetTime(clk.Now().Add(step.after))
 		w.step(ctx)
 		resync("after a sample")
-		got := taintStrings(published[len(published)-1], "node-a")
+		got := taintStrings(published()[len(published())-1], "node-a")
 		if has := slices.Contains(got, want[1]); has != step.want {
 			t.Fatalf("%d%% used after %v: taints %v, want swap-full %v", step.usedPercent, step.after, got, step.want)
 		}
 	}
-	if !slices.Equal(events, []string{ReasonPressureCleared}) {
-		t.Errorf("events %v, want only the clear", events)
+	if !slices.Equal(events(), []string{ReasonPressureCleared}) {
+		t.Errorf("events %v, want only the clear", events())
 	}
 }
 
@@ -157,46 +154,28 @@ func TestPublisherOneWriter(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	lock := filepath.Join(t.TempDir(), "publish.lock")
 	total := int64(1 << 30)
-	var mu sync.Mutex            // the API's lock
-	var last *resourceapi.Device // what the API holds
-	type counted struct {
-		p     *Publisher
-		calls int
-	}
-	newPublisher := func() *counted {
-		c := &counted{}
-		c.p = &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: lock, LockRetry: time.Millisecond,
-			Discover: func(context.Context) (discovery.Facts, error) { return facts(total), nil },
-			ReadPublished: func(context.Context) (*resourceapi.Device, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				return last, nil
-			},
-			Publish: func(_ context.Context, r resourceslice.DriverResources) error {
-				mu.Lock()
-				defer mu.Unlock()
-				c.calls++
-				last = &r.Pools["node-a"].Slices[0].Devices[0]
-				return nil
-			},
-		}
+	api := &fakeAPI{}
+	newPublisher := func() *instance {
+		c := &instance{api: api, node: &fakeNode{facts: facts(total), published: api.read}}
+		c.p = &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: lock, LockRetry: time.Millisecond, Node: c.node}
 		return c
 	}
 	old, updated := newPublisher(), newPublisher()
-	if err := old.p.TakeOver(ctx); err != nil {
+	if err := old.p.TakeOver(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	// The lock is held: a take-over that may not wait fails.
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := updated.p.TakeOver(canceled); err == nil {
+	if err := updated.p.TakeOver(canceled, updated); err == nil {
 		t.Fatal("the new instance took over while the old one holds the publish lock")
 	}
 	tookOver := make(chan error, 1)
-	go func() { tookOver <- updated.p.TakeOver(ctx) }()
+	go func() { tookOver <- updated.p.TakeOver(ctx, updated) }()
 	for i, size := range []int64{1 << 30, 2 << 30, 3 << 30} {
 		total = size
-		for _, c := range []*counted{old, updated} {
+		for _, c := range []*instance{old, updated} {
+			c.node.facts = facts(total)
 			if _, err := c.p.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +197,7 @@ func TestPublisherOneWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-updated.p.Writing()
-	for _, c := range []*counted{old, updated} {
+	for _, c := range []*instance{old, updated} {
 		if _, err := c.p.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -227,4 +206,33 @@ func TestPublisherOneWriter(t *testing.T) {
 		t.Errorf("after the old instance closed: publishes old %d, new %d; want 3 and 1", old.calls, updated.calls)
 	}
 	updated.p.Close()
+}
+
+// fakeAPI holds the device TestPublisherOneWriter's instances publish.
+type fakeAPI struct {
+	mu   sync.Mutex
+	last *resourceapi.Device
+}
+
+func (a *fakeAPI) read(context.Context) (*resourceapi.Device, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last, nil
+}
+
+// instance is one plugin instance of TestPublisherOneWriter: its
+// publisher, its node and its writes to the API.
+type instance struct {
+	p     *Publisher
+	node  *fakeNode
+	api   *fakeAPI
+	calls int
+}
+
+func (i *instance) PublishResources(_ context.Context, r resourceslice.DriverResources) error {
+	i.api.mu.Lock()
+	defer i.api.mu.Unlock()
+	i.calls++
+	i.api.last = &r.Pools["node-a"].Slices[0].Devices[0]
+	return nil
 }

@@ -4,24 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
@@ -122,251 +117,330 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Run runs the kubelet plugin until ctx is canceled or a fatal error
-// occurs.
-func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
+// Plugin is the kubelet plugin: New builds it, Run starts it.
+type Plugin struct {
+	cfg    Config
+	client kubernetes.Interface
+	// facts are the node's facts when New discovered them: prepare's
+	// cgroup version until the publisher's first sync.
+	facts       discovery.Facts
+	metrics     *Metrics
+	node        *nodeWatch
+	pods        *podSource
+	broadcaster events.EventBroadcaster
+	store       *checkpoint.Store
+	statuses    *claimStatuses
+	manager     *prepare.Manager
+	publisher   *Publisher
+	verifier    *limitcheck.Verifier
+	nri         *nri.Plugin      // nil: NRI off
+	pressure    *pressureWatcher // nil: no pressure taints
+	emitter     *podevents.Emitter
+	usage       *usageReporter // nil: no per-claim usage metrics
+	prefetch    *claimPrefetch
+	driver      *driver
+	// failed receives the first fatal background error of the kubelet
+	// plugin helper (driver.fatal); Run stops on it.
+	failed chan error
+}
+
+// New validates the configuration, discovers the node's swap and builds
+// every component of the plugin. It starts nothing and writes nothing, on
+// the node or to the API server: what must precede the kubelet's first
+// call (installing the hook, creating the directories, opening the
+// checkpoint, the start-up sweep) is Run's first step. client-go's event
+// broadcaster and the claim status queue run internal loops from their
+// construction; Run ends them.
+func New(ctx context.Context, cfg Config, client kubernetes.Interface) (*Plugin, error) {
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
-	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-
-	// The probes answer from the start: a slow start-up is no reason to
-	// be killed.
-	metrics := NewMetrics()
-	probes := newProbes(ctx)
-	if cfg.MetricsAddress != "" {
-		stop, err := serveHTTP(ctx, cfg.MetricsAddress, metrics.Handler(), probes)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-
 	facts, err := discovery.Discover(ctx, cfg.Discovery)
 	if err != nil {
-		return fmt.Errorf("discover swap: %w", err)
+		return nil, fmt.Errorf("discover swap: %w", err)
 	}
-	metrics.setKubeletConfigReadable(facts.SwapBehaviorProblem == "")
-	if cfg.InstallHookFrom != "" {
-		dst := filepath.Join(cfg.Discovery.Root, cfg.HookPath)
-		installed, err := installHook(cfg.InstallHookFrom, dst)
-		if err != nil {
-			return fmt.Errorf("install hook %s as %s: %w", cfg.InstallHookFrom, dst, err)
-		}
-		if installed {
-			logger.Info("Hook installed", "from", cfg.InstallHookFrom, "to", dst)
-		} else {
-			logger.Info("Hook already installed, identical", "from", cfg.InstallHookFrom, "to", dst)
-		}
+	p := &Plugin{cfg: cfg, client: client, facts: facts, metrics: NewMetrics(), prefetch: &claimPrefetch{client: client},
+		failed: make(chan error, 1)}
+	p.metrics.setKubeletConfigReadable(facts.SwapBehaviorProblem == "")
+	// What can fail comes first, so that a failing New leaves nothing
+	// running.
+	if p.node, err = newNodeWatch(client, cfg.NodeName); err != nil {
+		return nil, err
 	}
-	for _, dir := range []string{cfg.PluginDataDir, cfg.CDIDir} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
-		}
-	}
-	store := checkpoint.NewStore(filepath.Join(cfg.PluginDataDir, "checkpoint.json"), facts.BootID)
-	if err := openCheckpoint(ctx, store); err != nil {
-		return err
+	if p.pods, err = newPodSource(client, cfg.NodeName); err != nil {
+		return nil, err
 	}
 	writer, err := cdi.NewWriter(cfg.CDIDir, cfg.HookPath, cfg.HookStateDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
-	node, trigger, err := watchNode(ctx, client, cfg.NodeName)
-	if err != nil {
-		return err
-	}
-	nodeLabels := func() map[string]string {
-		if n := node(); n != nil {
-			return n.Labels
+	var monitor *pressure.Monitor
+	if cfg.PressureInterval > 0 {
+		if monitor, err = pressure.NewMonitor(cfg.Pressure); err != nil {
+			return nil, fmt.Errorf("pressure taints: %w", err)
 		}
-		return nil
-	}
-	// One writer per slice: the instance holding the publish lock (see
-	// Publisher.TakeOver). Given up after the helper stopped (defers run
-	// last to first), whose ResourceSlice controller writes until then.
-	publisher := &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, NodeLabels: nodeLabels,
-		LockPath: filepath.Join(cfg.PluginDataDir, "publish.lock"),
-		ReadPublished: func(ctx context.Context) (*resourceapi.Device, error) {
-			return publishedDevice(ctx, client, cfg.DriverName, cfg.NodeName)
-		}}
-	defer publisher.Close()
-	publisher.Discover = func(ctx context.Context) (discovery.Facts, error) {
-		f, err := discovery.Discover(ctx, cfg.Discovery)
-		if err == nil {
-			metrics.setNode(cfg.Policy.Offer(f.TotalBytes), f.TotalBytes, f.UsedBytes)
-			metrics.setKubeletConfigReadable(f.SwapBehaviorProblem == "")
-		}
-		return f, err
 	}
 	background := cfg.BackgroundClient
 	if background == nil {
 		background = client
 	}
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: background.EventsV1()})
-	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-		return fmt.Errorf("start event recording: %w", err)
-	}
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)
-	publisher.NodeEvent = func(eventType, reason, action, message string) {
-		ref := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}}
-		if n := node(); n != nil {
-			ref.UID = n.UID
-		}
-		recorder.Eventf(ref, nil, eventType, reason, action, "%s", eventmsg.Truncate(message, eventmsg.NoteLimit))
-	}
-	reporter := &limitReporter{node: cfg.NodeName, metrics: metrics, recorder: recorder}
-	verifier := &limitcheck.Verifier{
+	p.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: background.EventsV1()})
+	recorder := p.broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)
+	p.statuses = newClaimStatuses(background, cfg.DriverName, cfg.NodeName, p.metrics)
+	p.buildPrepare(writer, recorder)
+	p.buildLimits(recorder)
+	p.buildPublisher(ctx, recorder, monitor)
+	p.driver = &driver{poolName: cfg.NodeName, manager: p.manager, publisher: p.publisher, metrics: p.metrics, fatal: p.fail,
+		unprepared: p.statuses.unprepared}
+	return p, nil
+}
+
+// buildPrepare builds what answers the kubelet's calls.
+func (p *Plugin) buildPrepare(writer *cdi.Writer, recorder events.EventRecorder) {
+	p.store = checkpoint.NewStore(filepath.Join(p.cfg.PluginDataDir, "checkpoint.json"), p.facts.BootID)
+	p.manager = prepare.NewManager(prepare.Options{
+		DriverName:        p.cfg.DriverName,
+		PoolName:          p.cfg.NodeName,
+		CgroupVersion:     p.cgroupVersion,
+		AllowCriticalPods: p.cfg.AllowCriticalPods,
+		Recorded:          p.metrics.setPrepared,
+		Offer:             p.offer,
+		Events:            podEventSink{recorder},
+		Prepared:          p.statuses.prepared,
+	}, writer, p.store, p.pods)
+}
+
+// buildLimits builds what keeps the limits true: the verifier, the NRI
+// plugin, the hook's outcomes and the per-claim usage.
+func (p *Plugin) buildLimits(recorder events.EventRecorder) {
+	cfg := p.cfg
+	p.verifier = &limitcheck.Verifier{
 		StateDir:   cfg.HookStateDir,
 		CgroupRoot: filepath.Join(rootOf(cfg.Discovery), "sys", "fs", "cgroup"),
-		Reporter:   reporter,
+		Reporter:   &limitReporter{node: cfg.NodeName, metrics: p.metrics, recorder: recorder, initContainer: p.pods.initContainer},
 	}
-	var nriPlugin *nri.Plugin
 	if cfg.NRISocket != "" {
-		nriPlugin = &nri.Plugin{SocketPath: cfg.NRISocket, HookPath: cfg.HookPath, StateDir: cfg.HookStateDir,
-			CgroupVersion: facts.CgroupVersion, Verifier: verifier, Changed: metrics.setNRI,
+		p.nri = &nri.Plugin{SocketPath: cfg.NRISocket, HookPath: cfg.HookPath, StateDir: cfg.HookStateDir,
+			CgroupVersion: p.facts.CgroupVersion, Verifier: p.verifier, Changed: p.metrics.setNRI,
 			LockPath: filepath.Join(cfg.PluginDataDir, "nri.lock")}
-		probes.nri = nriPlugin.Status
 	}
+	p.emitter = &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder, Reported: p.statuses.reported,
+		InitContainer: p.pods.initContainer}
+	if cfg.ClaimUsageMetrics {
+		p.metrics.enableClaimUsage()
+		p.usage = &usageReporter{stateDir: cfg.HookStateDir, cgroupRoot: p.verifier.CgroupRoot, store: p.store, metrics: p.metrics}
+	}
+}
 
-	pods, err := watchPods(ctx, client, cfg.NodeName)
-	if err != nil {
+// buildPublisher builds the ResourceSlice's publisher and, with monitor,
+// the pressure taints' watcher.
+func (p *Plugin) buildPublisher(ctx context.Context, recorder events.EventRecorder, monitor *pressure.Monitor) {
+	cfg := p.cfg
+	reporter := &nodeReporter{recorder: recorder, watch: p.node, metrics: p.metrics}
+	p.publisher = &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, Reporter: reporter, Clock: clock.RealClock{},
+		LockPath: filepath.Join(cfg.PluginDataDir, "publish.lock"),
+		Node: &hostNode{discovery: cfg.Discovery, policy: cfg.Policy, metrics: p.metrics, watch: p.node, claims: p.manager,
+			client: p.client, driverName: cfg.DriverName}}
+	if monitor == nil {
+		return
+	}
+	root := rootOf(cfg.Discovery)
+	source := pressure.Source{Root: root, CgroupV2KubepodsPath: kubepodsCgroup(root, p.facts.CgroupVersion)}
+	p.pressure = newPressureWatcher(source, monitor, p.metrics, reporter, clock.RealClock{})
+	p.publisher.Taints = p.pressure
+	klog.FromContext(ctx).Info("Watching memory pressure and swap use for the device's taints", "interval", cfg.PressureInterval,
+		"kubepodsCgroup", source.CgroupV2KubepodsPath, "config", cfg.Pressure)
+}
+
+// offer and cgroupVersion are what prepare reads of the publisher. The
+// kubelet may call before the first Sync: the cgroup version falls back
+// to New's discovery until the publisher has facts of its own.
+func (p *Plugin) offer() int64 { return p.publisher.Offer() }
+
+func (p *Plugin) cgroupVersion() int {
+	if v := p.publisher.Facts().CgroupVersion; v != 0 {
+		return v
+	}
+	return p.facts.CgroupVersion
+}
+
+// fail stops Run with err (the first fatal error wins).
+func (p *Plugin) fail(err error) {
+	select {
+	case p.failed <- err:
+	default:
+	}
+}
+
+// Run starts the plugin and runs it until ctx is canceled or a fatal error
+// occurs. Call it once.
+func (p *Plugin) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The probes answer from the start: a slow start-up is no reason to
+	// be killed.
+	probes := newProbes(ctx)
+	if p.nri != nil {
+		probes.nri = p.nri.Status
+	}
+	if p.cfg.MetricsAddress != "" {
+		stop, err := serveHTTP(ctx, p.cfg.MetricsAddress, p.metrics.Handler(), probes)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	// One writer per slice: the instance holding the publish lock (see
+	// Publisher.TakeOver). Given up after the helper stopped (defers run
+	// last to first), whose ResourceSlice controller writes until then.
+	defer p.publisher.Close()
+	defer p.broadcaster.Shutdown()
+	if err := p.startUp(ctx); err != nil {
 		return err
 	}
-	reporter.initContainer = pods.initContainer
-	statuses := newClaimStatuses(background, cfg.DriverName, cfg.NodeName, metrics)
-	manager := prepare.NewManager(prepare.Options{
-		DriverName: cfg.DriverName,
-		PoolName:   cfg.NodeName,
-		// The kubelet may call before the first Sync: fall back to the
-		// start-up discovery until the publisher has facts of its own.
-		CgroupVersion: func() int {
-			if v := publisher.Facts().CgroupVersion; v != 0 {
-				return v
-			}
-			return facts.CgroupVersion
-		},
-		AllowCriticalPods: cfg.AllowCriticalPods,
-		Recorded:          metrics.setPrepared,
-		Offer:             publisher.Offer,
-		Events:            podEventSink{recorder},
-		Prepared:          statuses.prepared,
-	}, writer, store, pods)
-	publisher.Overcommitted = metrics.setOvercommitted
-	var watcher *pressureWatcher
-	if cfg.PressureInterval > 0 {
-		monitor, err := pressure.NewMonitor(cfg.Pressure)
-		if err != nil {
-			return fmt.Errorf("pressure taints: %w", err)
-		}
-		root := rootOf(cfg.Discovery)
-		watcher = &pressureWatcher{
-			source:  pressure.Source{Root: root, CgroupV2KubepodsPath: kubepodsCgroup(root, facts.CgroupVersion)},
-			monitor: monitor, metrics: metrics, nodeEvent: publisher.NodeEvent, kick: publisher.Kick, now: time.Now,
-		}
-		publisher.ExtraTaints = watcher.taints
-		publisher.Seed = func(published []resourceapi.DeviceTaint) {
-			if keys := watcher.seed(published); len(keys) > 0 {
-				logger.Info("Keeping the pressure taints published before until they clear", "taints", keys)
-			}
-		}
-		logger.Info("Watching memory pressure and swap use for the device's taints", "interval", cfg.PressureInterval,
-			"kubepodsCgroup", watcher.source.CgroupV2KubepodsPath, "config", cfg.Pressure)
-	}
-	publisher.Prepared = func() (int64, error) {
-		_, swapBytes, err := manager.Prepared()
-		return swapBytes, err
-	}
-	d := &driver{poolName: cfg.NodeName, manager: manager, publisher: publisher, metrics: metrics, fatal: cancel, unprepared: statuses.unprepared}
-	if claims, swapBytes, err := manager.Prepared(); err != nil {
-		logger.Error(err, "Cannot read the prepared claims for the metrics")
-	} else {
-		metrics.setPrepared(claims, swapBytes)
-	}
-
-	// Start-up sweep: specs no checkpoint entry owns, hook records of
-	// containers that are gone, limits that drifted while no plugin ran.
-	if removed, err := manager.RemoveOrphanSpecs(); err != nil {
-		logger.Error(err, "Removing CDI specs that no prepared claim owns")
-	} else if len(removed) > 0 {
-		logger.Info("Removed CDI specs that no prepared claim owns", "claims", removed)
-	}
-	if sum, err := verifier.CheckAll(ctx, "start-up", time.Minute); err != nil {
-		logger.Error(err, "Verifying swap limits at start-up", "held", sum.Held, "restored", sum.Restored, "failed", sum.Failed)
-	} else {
-		logger.Info("Verified swap limits at start-up", "held", sum.Held, "restored", sum.Restored, "removedRecords", sum.Removed)
-	}
-
-	prefetch := &claimPrefetch{client: client}
-	opts := []kubeletplugin.Option{
-		kubeletplugin.KubeClient(prefetchingClient{Interface: client}),
-		kubeletplugin.GRPCInterceptor(prefetch.interceptor),
-		kubeletplugin.NodeName(cfg.NodeName),
-		kubeletplugin.DriverName(cfg.DriverName),
-		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
-		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
-		// The Manager handles concurrent calls (and the other instance's)
-		// under the checkpoint's lock: independent pods' claims are looked
-		// up and planned in parallel instead of one call at a time.
-		kubeletplugin.Serialize(false),
-	}
-	if cfg.PodUID != "" {
-		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(cfg.PodUID)))
-	}
-	helper, err := kubeletplugin.Start(ctx, d, opts...)
+	helper, err := kubeletplugin.Start(ctx, p.driver, p.helperOptions()...)
 	if err != nil {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
 	probes.started(helper)
-	publisher.Publish = helper.PublishResources
-
-	// The first sync learns the offer for prepare; Run publishes once this
-	// instance holds the publish lock and has read the published taints.
-	if _, err := publisher.Sync(ctx); err != nil {
+	// The first sync learns the offer for prepare; the publisher's loop
+	// publishes once this instance holds the publish lock and has read
+	// the published taints.
+	if _, err := p.publisher.Sync(ctx); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { publisher.Run(ctx, cfg.RescanInterval, trigger) })
+	p.startLoops(ctx, &wg, helper)
+	klog.FromContext(ctx).Info("Kubelet plugin running", "driver", p.cfg.DriverName, "node", p.cfg.NodeName, "cdiDir", p.cfg.CDIDir,
+		"hook", p.cfg.HookPath, "nriSocket", p.cfg.NRISocket, "verifyInterval", p.cfg.VerifyInterval)
+	select {
+	case <-ctx.Done():
+	case err := <-p.failed:
+		cancel(err)
+	}
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
 
+// startUp does what must precede the kubelet's first call: the hook is
+// installed before any CDI spec names it, the directories exist, the
+// checkpoint is usable, the informers and the event recording run, and
+// the start-up sweep removed what no plugin cleaned up.
+func (p *Plugin) startUp(ctx context.Context) error {
+	if err := p.installHook(ctx); err != nil {
+		return err
+	}
+	for _, dir := range []string{p.cfg.PluginDataDir, p.cfg.CDIDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	if err := openCheckpoint(ctx, p.store); err != nil {
+		return err
+	}
+	if err := p.node.start(ctx); err != nil {
+		return err
+	}
+	if err := p.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("start event recording: %w", err)
+	}
+	if err := p.pods.start(ctx); err != nil {
+		return err
+	}
+	p.sweep(ctx)
+	return nil
+}
+
+// installHook copies InstallHookFrom to HookPath under the host root.
+func (p *Plugin) installHook(ctx context.Context) error {
+	if p.cfg.InstallHookFrom == "" {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	dst := filepath.Join(p.cfg.Discovery.Root, p.cfg.HookPath)
+	installed, err := installHook(p.cfg.InstallHookFrom, dst)
+	if err != nil {
+		return fmt.Errorf("install hook %s as %s: %w", p.cfg.InstallHookFrom, dst, err)
+	}
+	if installed {
+		logger.Info("Hook installed", "from", p.cfg.InstallHookFrom, "to", dst)
+	} else {
+		logger.Info("Hook already installed, identical", "from", p.cfg.InstallHookFrom, "to", dst)
+	}
+	return nil
+}
+
+// sweep runs at start-up: the prepared claims' metrics; specs no
+// checkpoint entry owns, hook records of containers that are gone, limits
+// that drifted while no plugin ran.
+func (p *Plugin) sweep(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	if claims, swapBytes, err := p.manager.Prepared(); err != nil {
+		logger.Error(err, "Cannot read the prepared claims for the metrics")
+	} else {
+		p.metrics.setPrepared(claims, swapBytes)
+	}
+	if removed, err := p.manager.RemoveOrphanSpecs(); err != nil {
+		logger.Error(err, "Removing CDI specs that no prepared claim owns")
+	} else if len(removed) > 0 {
+		logger.Info("Removed CDI specs that no prepared claim owns", "claims", removed)
+	}
+	if sum, err := p.verifier.CheckAll(ctx, "start-up", time.Minute); err != nil {
+		logger.Error(err, "Verifying swap limits at start-up", "held", sum.Held, "restored", sum.Restored, "failed", sum.Failed)
+	} else {
+		logger.Info("Verified swap limits at start-up", "held", sum.Held, "restored", sum.Restored, "removedRecords", sum.Removed)
+	}
+}
+
+// helperOptions configure the kubelet plugin helper.
+func (p *Plugin) helperOptions() []kubeletplugin.Option {
+	opts := []kubeletplugin.Option{
+		kubeletplugin.KubeClient(prefetchingClient{Interface: p.client}),
+		kubeletplugin.GRPCInterceptor(p.prefetch.interceptor),
+		kubeletplugin.NodeName(p.cfg.NodeName),
+		kubeletplugin.DriverName(p.cfg.DriverName),
+		kubeletplugin.RegistrarDirectoryPath(p.cfg.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(p.cfg.PluginDataDir),
+		// The Manager handles concurrent calls (and the other instance's)
+		// under the checkpoint's lock: independent pods' claims are looked
+		// up and planned in parallel instead of one call at a time.
+		kubeletplugin.Serialize(false),
+	}
+	if p.cfg.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(p.cfg.PodUID)))
+	}
+	return opts
+}
+
+// startLoops starts the plugin's loops in wg; they end with ctx.
+func (p *Plugin) startLoops(ctx context.Context, wg *sync.WaitGroup, helper *kubeletplugin.Helper) {
+	wg.Go(func() { p.publisher.Run(ctx, helper, p.cfg.RescanInterval) })
 	// The hook's outcomes become events on the pods; the verifier and the
 	// NRI plugin keep the limits true from here on.
-	emitter := &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder, Reported: statuses.reported,
-		InitContainer: pods.initContainer}
-	wg.Go(func() { statuses.run(ctx) })
-	wg.Go(func() { emitter.Run(ctx, time.Second) })
-	wg.Go(func() { verifier.Run(ctx, cfg.VerifyInterval) })
-	if watcher != nil {
+	wg.Go(func() { p.statuses.run(ctx) })
+	wg.Go(func() { p.emitter.Run(ctx, time.Second) })
+	wg.Go(func() { p.verifier.Run(ctx, p.cfg.VerifyInterval) })
+	if p.pressure != nil {
 		// Sampling starts with publishing: the writer's monitor, seeded
 		// with the published taints, is the one that decides them.
 		wg.Go(func() {
 			select {
 			case <-ctx.Done():
-			case <-publisher.Writing():
-				watcher.run(ctx, cfg.PressureInterval)
+			case <-p.publisher.Writing():
+				p.pressure.run(ctx, p.cfg.PressureInterval)
 			}
 		})
 	}
-	if cfg.ClaimUsageMetrics {
-		metrics.enableClaimUsage()
-		usage := &usageReporter{stateDir: cfg.HookStateDir, cgroupRoot: verifier.CgroupRoot, store: store, metrics: metrics}
-		wg.Go(func() { usage.run(ctx, cfg.VerifyInterval) })
+	if p.usage != nil {
+		wg.Go(func() { p.usage.run(ctx, p.cfg.VerifyInterval) })
 	}
-	if nriPlugin != nil {
-		wg.Go(func() { nriPlugin.Run(ctx) })
+	if p.nri != nil {
+		wg.Go(func() { p.nri.Run(ctx) })
 	}
-	logger.Info("Kubelet plugin running", "driver", cfg.DriverName, "node", cfg.NodeName, "cdiDir", cfg.CDIDir, "hook", cfg.HookPath,
-		"nriSocket", cfg.NRISocket, "verifyInterval", cfg.VerifyInterval)
-	<-ctx.Done()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
 }
 
 // rootOf is the host root the plugin reads under.
@@ -399,46 +473,6 @@ func openCheckpoint(ctx context.Context, store *checkpoint.Store) error {
 		logger.Info("Checkpoint opened", "path", store.Path(), "preparedClaims", opened.Claims)
 	}
 	return nil
-}
-
-// watchNode follows the Node; trigger fires when its labels change.
-func watchNode(ctx context.Context, client kubernetes.Interface, nodeName string) (func() *corev1.Node, <-chan struct{}, error) {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
-	}))
-	informer := factory.Core().V1().Nodes()
-	trigger := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case trigger <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { notify() },
-		UpdateFunc: func(oldObj, newObj any) {
-			o, n := oldObj.(*corev1.Node), newObj.(*corev1.Node)
-			if !maps.Equal(o.Labels, n.Labels) {
-				notify()
-			}
-		},
-	}); err != nil {
-		return nil, nil, fmt.Errorf("watch node %s: %w", nodeName, err)
-	}
-	factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced) {
-		return nil, nil, fmt.Errorf("watch node %s: cache did not sync", nodeName)
-	}
-	get := func() *corev1.Node {
-		node, err := informer.Lister().Get(nodeName)
-		if err != nil {
-			return nil
-		}
-		return node
-	}
-	return get, trigger, nil
 }
 
 // podEventSink records prepare's events on pods.
