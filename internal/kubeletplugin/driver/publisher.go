@@ -79,7 +79,8 @@ type SliceWriter interface {
 type Publisher struct {
 	NodeName string
 	Policy   swapdevice.Policy
-	Node     Node
+	// Node is the node described (required).
+	Node Node
 	// Reporter, if set, is told the events and the overcommit taint.
 	Reporter Reporter
 	// Taints, if set, adds the pressure taints.

@@ -295,6 +295,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	// last to first), whose ResourceSlice controller writes until then.
 	defer p.publisher.Close()
 	defer p.broadcaster.Shutdown()
+	defer p.statuses.queue.ShutDown()
 	if err := p.startUp(ctx); err != nil {
 		return err
 	}
