@@ -13,6 +13,7 @@ import (
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // JSON log format
+	"k8s.io/klog/v2"
 )
 
 // Parse adds the logging flags to fs, parses args, refuses positional
@@ -21,7 +22,8 @@ func Parse(fs *pflag.FlagSet, args []string) error {
 	logConfig := logsapi.NewLoggingConfiguration()
 	gate := featuregate.NewFeatureGate()
 	utilruntime.Must(logsapi.AddFeatureGates(gate))
-	utilruntime.Must(gate.SetFromMap(map[string]bool{string(logsapi.ContextualLogging): true}))
+	// Before the logging configuration applies: klog's default logger.
+	utilruntime.Must(gate.SetFromMapWithLogger(klog.Background(), map[string]bool{string(logsapi.ContextualLogging): true}))
 	logsapi.AddFlags(logConfig, fs)
 	fs.Var(gate, "feature-gates", "Logging feature gates: "+fmt.Sprint(gate.KnownFeatures()))
 	if err := fs.Parse(args); err != nil {

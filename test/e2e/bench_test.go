@@ -137,8 +137,8 @@ func labelValue(line, name string) string {
 	if i < 0 {
 		return ""
 	}
-	rest := line[i+len(name)+2:]
-	return rest[:strings.Index(rest, `"`)]
+	value, _, _ := strings.Cut(line[i+len(name)+2:], `"`)
+	return value
 }
 
 // BenchmarkPodStartup creates, in rotating order, the same pod without a

@@ -831,7 +831,7 @@ func TestTwoNodesNodeGone(t *testing.T) {
 			ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600})))
 	}
 	for _, p := range pods {
-		p = n.waitOn(t, p, n.host)
+		n.waitOn(t, p, n.host)
 		claims, err := n.client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -100,7 +100,6 @@ func TestPluginKilledDuringBurst(t *testing.T) {
 		containers = append(containers, containerID(p, "worker"))
 		claims = append(claims, c.claimUID(t, p))
 	}
-	pods = nil
 	for i := range n {
 		if err := c.client.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("burst-%d", i), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)

@@ -158,7 +158,7 @@ func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEn
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-done:
-			return false, fmt.Errorf("controller stopped: %v", err)
+			return false, fmt.Errorf("controller stopped: %w", err)
 		default:
 		}
 		v, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
@@ -781,7 +781,7 @@ func TestControllerDrains(t *testing.T) {
 	answers := func() error {
 		_, err := env.client.ResourceV1().ResourceClaims(tenant).Create(ctx, swapClaim("drain", "4Mi", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":500}`), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil || !strings.Contains(err.Error(), "swapHighPercent") {
-			return fmt.Errorf("the config webhook did not answer: %v", err)
+			return fmt.Errorf("the config webhook did not answer: %w", err)
 		}
 		return nil
 	}

@@ -232,14 +232,14 @@ func TestChart(t *testing.T) {
 			{"image.sha=sha256:0123", "additional properties 'sha' not allowed"},
 			{"namespaceOverride=Swap_System", "/namespaceOverride"},
 			{"resourceQuota.enable=true", "additional properties 'enable' not allowed"},
-			{"kubeletPlugin.serviceAccount.nmae=x", "additional properties 'nmae' not allowed"},
+			{"kubeletPlugin.serviceAccount.nmae=x", "additional properties 'nmae' not allowed"}, //nolint:misspell // a misspelt key the schema must refuse
 			{"controller.serviceAccount.create=yes", "/controller/serviceAccount/create"},
 			{"controller.podLabel.team=a", "additional properties 'podLabel' not allowed"},
 			{"kubeletPlugin.podLabels.team=null", "/kubeletPlugin/podLabels/team"},
 			{"controller.logFormat=yaml", "/controller/logFormat"},
 			{"kubeletPlugin.securityContext.runAsUsr=1", "additional properties 'runAsUsr' not allowed"},
 			{"controller.podSecurityContext.readOnlyRootFilesystem=true", "additional properties 'readOnlyRootFilesystem' not allowed"},
-			{"kubeletPlugin.extraEnv[0].nmae=A", "additional properties 'nmae' not allowed"},
+			{"kubeletPlugin.extraEnv[0].nmae=A", "additional properties 'nmae' not allowed"}, //nolint:misspell // a misspelt key the schema must refuse
 			{"controller.extraVolumeMounts[0].name=x", "missing property 'mountPath'"},
 			{"kubeletPlugin.topologySpreadConstraints[0].maxSkew=1", "additional properties 'topologySpreadConstraints' not allowed"},
 			{"controller.topologySpreadConstraints[0].maxSkew=1", "missing properties 'topologyKey', 'whenUnsatisfiable'"},

@@ -421,7 +421,7 @@ func TestBindingLabelsThroughControllerPatch(t *testing.T) {
 			var owned string
 			for _, m := range bound.ManagedFields {
 				if m.Manager == webhook.FieldManager && m.Operation == metav1.ManagedFieldsOperationUpdate && m.FieldsV1 != nil {
-					owned = string(m.FieldsV1.Raw)
+					owned = m.FieldsV1.GetRawString()
 				}
 			}
 			for _, k := range []string{podlabels.Zone, podlabels.Hostname, v1alpha1.LabelSwapBehavior, v1alpha1.AnnotationManagedLabels} {

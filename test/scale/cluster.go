@@ -357,7 +357,7 @@ func (c *Cluster) runController(ctx context.Context, qps int) error {
 	}
 	return wait.PollUntilContextCancel(wctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if p.Exited() {
-			return false, fmt.Errorf("dra-swap-controller exited: %v (log %s)", p.Err(), p.Log())
+			return false, fmt.Errorf("dra-swap-controller exited: %w (log %s)", p.Err(), p.Log())
 		}
 		_, err := c.client.ResourceV1().ResourceClaims(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err != nil && strings.Contains(err.Error(), "swapHighPercent"), nil

@@ -46,7 +46,7 @@ func parseMetrics(text []byte) ([]sample, error) {
 
 func parseSample(line string) (sample, error) {
 	s := sample{labels: map[string]string{}}
-	rest := line
+	var rest string
 	if i := strings.IndexByte(line, '{'); i >= 0 {
 		j := strings.LastIndexByte(line, '}')
 		if j < i {

@@ -136,14 +136,14 @@ func waitHTTP(ctx context.Context, p *process, url string) error {
 	var last error
 	for {
 		if p.Exited() {
-			return fmt.Errorf("%s exited: %v (log %s)", p.name, p.Err(), p.Log())
+			return fmt.Errorf("%s exited: %w (log %s)", p.name, p.Err(), p.Log())
 		}
 		if _, last = httpGet(ctx, url, 1<<16); last == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready at %s: %w; last error: %v", p.name, url, ctx.Err(), last)
+			return fmt.Errorf("%s not ready at %s: %w; last error: %w", p.name, url, ctx.Err(), last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -161,7 +161,7 @@ func binary(env, name, howto string) (string, error) {
 	}
 	info, err := os.Stat(path)
 	if err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%s binary %s is not an executable file (%v); %s", name, path, err, howto)
+		return "", fmt.Errorf("%s binary %s is not an executable file (%w); %s", name, path, err, howto)
 	}
 	return path, nil
 }

@@ -91,13 +91,13 @@ type ModeResult struct {
 	// Controller: its process's CPU time and API requests
 	// (rest_client_requests_total) while the mode's pods were scheduled
 	// and labeled, its RSS at the end and its peak RSS so far.
-	ControllerCPU           time.Duration
-	ControllerRSS, PeakRSS  int64
-	ControllerRequests      float64
-	LabelP50, LabelP99      time.Duration
-	Labeled, LabeledAtBind  int
-	Violations              []string
-	SchedulingWall, LabelMs time.Duration
+	ControllerCPU          time.Duration
+	ControllerRSS, PeakRSS int64
+	ControllerRequests     float64
+	LabelP50, LabelP99     time.Duration
+	Labeled, LabeledAtBind int
+	Violations             []string
+	SchedulingWall         time.Duration
 }
 
 // Result is one run at one scale.
@@ -420,10 +420,10 @@ func (c *Cluster) runMode(ctx context.Context, m Mode, n int) (ModeResult, error
 			return false, runErr
 		}
 		if c.scheduler.Exited() {
-			return false, fmt.Errorf("kube-scheduler exited: %v (log %s)", c.scheduler.Err(), c.scheduler.Log())
+			return false, fmt.Errorf("kube-scheduler exited: %w (log %s)", c.scheduler.Err(), c.scheduler.Log())
 		}
 		if c.controller.Exited() {
-			return false, fmt.Errorf("dra-swap-controller exited: %v (log %s)", c.controller.Err(), c.controller.Log())
+			return false, fmt.Errorf("dra-swap-controller exited: %w (log %s)", c.controller.Err(), c.controller.Log())
 		}
 		return bound >= n && running >= n && labeled >= wantLabels, nil
 	})

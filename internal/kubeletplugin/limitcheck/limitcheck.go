@@ -297,7 +297,9 @@ func (v *Verifier) removeStale(id string, minAge time.Duration) (bool, error) {
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return false, nil
+		// Removed meanwhile (by the poststop hook), or not to be looked at
+		// now: either way not this sweep's to remove; the next one retries.
+		return false, nil //nolint:nilerr // see above: skipped, not failed
 	}
 	if time.Since(fi.ModTime()) < minAge {
 		return false, nil

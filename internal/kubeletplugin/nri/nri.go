@@ -246,18 +246,29 @@ func (h *handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr 
 }
 
 func (h *handler) UpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
-	dir, err := hookstate.Dir(h.p.StateDir, ctr.GetId())
-	if err != nil {
+	limit, ok := h.swapLimit(ctr.GetId())
+	if !ok {
 		return nil, nil
 	}
+	return []*api.ContainerUpdate{UpdateFor(h.p.CgroupVersion, ctr.GetId(), limit, res)}, nil
+}
+
+// swapLimit is the swap limit that the hook's records give the container
+// id, and false when it has none: not a swap container, its hook has not
+// run, or its records do not read (the update then leaves swap alone).
+func (h *handler) swapLimit(id string) (int64, bool) {
+	dir, err := hookstate.Dir(h.p.StateDir, id)
+	if err != nil {
+		return 0, false
+	}
 	if _, err := hookstate.ReadContainer(dir); err != nil {
-		return nil, nil // not a swap container (or its hook has not run)
+		return 0, false
 	}
 	totals, err := hookstate.Sum(dir)
 	if err != nil || totals.Shares == 0 {
-		return nil, nil
+		return 0, false
 	}
-	return []*api.ContainerUpdate{UpdateFor(h.p.CgroupVersion, ctr.GetId(), totals.Container.LimitBytes, res)}, nil
+	return totals.Container.LimitBytes, true
 }
 
 func (h *handler) PostUpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *api.Container) error {

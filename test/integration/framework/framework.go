@@ -266,7 +266,7 @@ func waitForEtcd(ctx context.Context, p *process, clientURL string) error {
 		lastErr = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w; last error: %v", ctx.Err(), lastErr)
+			return fmt.Errorf("%w; last error: %w", ctx.Err(), lastErr)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -385,7 +385,7 @@ func (s *APIServer) waitForAPIServer(ctx context.Context) error {
 			lastErr = err
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("waiting for %s: %w; last error: %v", step.name, ctx.Err(), lastErr)
+				return fmt.Errorf("waiting for %s: %w; last error: %w", step.name, ctx.Err(), lastErr)
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
