@@ -24,7 +24,7 @@ GO_PACKAGES := ./api/... ./cmd/... ./hack/images/... ./internal/... ./test/monit
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster demo demo-down verify fuzz bench bench-e2e bench-scale k8s-binaries helm manifests chart-docs deps clean unit-compile fmt-check
+.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster demo demo-down verify lint fuzz bench bench-e2e bench-scale k8s-binaries helm manifests chart-docs deps clean unit-compile fmt-check
 
 all: build
 
@@ -74,16 +74,23 @@ test:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## verify: gofmt, go vet, the driver's and tools modules requiring the
-## same versions of what both compile (hack/check-modules.sh), the hook
-## linking no k8s.io module (hack/check-hook-deps.sh), and the packages'
-## layering: the controller depends on nothing node-side
-## (hack/check-layers.sh).
-verify: fmt-check
+## verify: gofmt, the linters (make lint), go vet, the driver's and tools
+## modules requiring the same versions of what both compile
+## (hack/check-modules.sh), the hook linking no k8s.io module
+## (hack/check-hook-deps.sh), and the packages' layering: the controller
+## depends on nothing node-side (hack/check-layers.sh).
+verify: fmt-check lint
 	$(NOCGO) $(GO) vet ./...
 	hack/check-modules.sh
 	hack/check-hook-deps.sh
 	hack/check-layers.sh
+
+## lint: golangci-lint with logcheck compiled in (.golangci.yml says which
+## linters and why) on the driver's module; built from test/tools/lint
+## (hack/build-tools.sh golangci-lint).
+lint:
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh golangci-lint
+	$(NOCGO) $(OUT_DIR)/golangci-lint run ./...
 
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:

@@ -2,12 +2,13 @@
 # Builds the commands of the tools module (test/tools) that the integration
 # and end-to-end tests and `make release` run: real Kubernetes components,
 # the helm v4 CLI, cyclonedx-gomod (the release's SBOMs) and helm-docs (the
-# chart's README), from source, in one go build.
+# chart's README), from source, in one go build; and golangci-lint with
+# logcheck compiled in (`make lint`), from the lint module (test/tools/lint).
 #
 # Usage: hack/build-tools.sh [COMMAND...]
 #   COMMAND is one of kube-apiserver, kube-scheduler, kube-controller-manager,
-#   kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs (default:
-#   kube-apiserver).
+#   kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs, golangci-lint
+#   (default: kube-apiserver).
 #
 # helm is built in the same module as Kubernetes, and that module requires
 # the versions the driver's module does for every package both compile
@@ -24,8 +25,9 @@
 #   GO            go command (default: go)
 #   FORCE=1       rebuild even when a binary is up to date
 #
-# A binary is rebuilt only when it is missing or older than test/tools/go.sum
-# (or go.mod), like make.
+# A binary is rebuilt only when it is missing or older than its module's
+# go.sum or go.mod (test/tools, or test/tools/lint and golangci-lint's
+# main.go), like make.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -77,7 +79,15 @@ package_of() {
 	helm) echo helm.sh/helm/v4/cmd/helm ;;
 	cyclonedx-gomod) echo github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod ;;
 	helm-docs) echo github.com/norwoodj/helm-docs/cmd/helm-docs ;;
-	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, helm, cyclonedx-gomod or helm-docs)" ;;
+	golangci-lint) echo github.com/dra-driver-swap/dra-driver-swap/test/tools/lint/golangci-lint ;;
+	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs or golangci-lint)" ;;
+	esac
+}
+# module_of COMMAND: the directory of the module that builds COMMAND.
+module_of() {
+	case "$1" in
+	golangci-lint) echo "${tools_dir}/lint" ;;
+	*) echo "${tools_dir}" ;;
 	esac
 }
 for cmd in "$@"; do
@@ -105,7 +115,14 @@ ldflags+=" -X main.version=${helm_docs_version#v}"
 todo=()
 for cmd in "$@"; do
 	out="${OUT_DIR}/${cmd}"
-	if [[ "${FORCE}" != 1 && -x "${out}" && "${out}" -nt "${tools_dir}/go.sum" && "${out}" -nt "${tools_dir}/go.mod" ]]; then
+	mod="$(module_of "${cmd}")"
+	newer=1
+	srcs=("${mod}/go.sum" "${mod}/go.mod")
+	[[ "${cmd}" != golangci-lint ]] || srcs+=("${mod}/golangci-lint/main.go")
+	for src in "${srcs[@]}"; do
+		[[ "${out}" -nt "${src}" ]] || newer=0
+	done
+	if [[ "${FORCE}" != 1 && -x "${out}" && "${newer}" == 1 ]]; then
 		echo "build-tools: ${out} is up to date; FORCE=1 rebuilds it"
 		continue
 	fi
@@ -123,10 +140,16 @@ start=${SECONDS}
 # with the driver's (at the same versions, see above) compile once for both.
 tmp="$(mktemp -d "${OUT_DIR}/.build-tools.XXXXXX")"
 trap 'rm -rf "${tmp}"' EXIT
-pkgs=()
-for cmd in "${todo[@]}"; do pkgs+=("$(package_of "${cmd}")"); done
-(cd "${tools_dir}" && CGO_ENABLED=0 "${GO}" build -trimpath -o "${tmp}/" -ldflags "${ldflags}" "${pkgs[@]}") ||
-	die "go build of ${todo[*]} failed"
+# One go build per module (golangci-lint's is test/tools/lint).
+for mod in "${tools_dir}" "${tools_dir}/lint"; do
+	pkgs=()
+	for cmd in "${todo[@]}"; do
+		[[ "$(module_of "${cmd}")" == "${mod}" ]] && pkgs+=("$(package_of "${cmd}")")
+	done
+	[[ ${#pkgs[@]} -gt 0 ]] || continue
+	(cd "${mod}" && CGO_ENABLED=0 "${GO}" build -trimpath -o "${tmp}/" -ldflags "${ldflags}" "${pkgs[@]}") ||
+		die "go build of ${pkgs[*]} failed"
+done
 for cmd in "${todo[@]}"; do
 	[[ -x "${tmp}/${cmd}" ]] || die "go build wrote no ${cmd}"
 	mv -f "${tmp}/${cmd}" "${OUT_DIR}/${cmd}"
