@@ -16,7 +16,11 @@ IMAGES_DIR ?= $(CURDIR)/_output/images
 VERSION_LDFLAGS := -X github.com/dra-driver-swap/dra-driver-swap/internal/version.version=$(VERSION) \
 	-X github.com/dra-driver-swap/dra-driver-swap/internal/version.revision=$(REVISION)
 
-GO_PACKAGES := ./api/... ./cmd/... ./hack/images/... ./internal/... ./test/monitoring/...
+GO_PACKAGES := ./api/... ./cmd/... ./internal/... ./test/monitoring/...
+# The image builder, dra-swap-images: a module of its own (go-containerregistry
+# and docker/cli stay out of the driver's go.mod); its unit tests run beside
+# the driver's.
+IMAGES_MODULE := test/tools/images
 # Every Go build of this module but the race unit tests uses one build
 # configuration, static and path-free like the images' binaries, so that a
 # cold `make test` compiles the dependencies twice (this and -race), not four
@@ -32,11 +36,11 @@ build:
 	@mkdir -p $(OUT_DIR)
 	$(NOCGO) $(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(OUT_DIR)/ $(addprefix ./cmd/,$(COMMANDS))
 
-## image-tool: dra-swap-images (hack/images), which builds, pushes and
-## serves the images.
+## image-tool: dra-swap-images (test/tools/images), which builds, pushes
+## and serves the images.
 image-tool:
 	@mkdir -p $(OUT_DIR)
-	$(NOCGO) $(GO) build -o $(OUT_DIR)/dra-swap-images ./hack/images
+	cd $(IMAGES_MODULE) && $(NOCGO) $(GO) build -o $(abspath $(OUT_DIR))/dra-swap-images .
 
 ## images: the driver's image dra-driver-swap:$(VERSION) and the e2e tests'
 ## images (pause:3.10, swap-workload:v1), as an OCI image layout in
@@ -95,12 +99,14 @@ lint:
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:
 	$(UNIT) -count=1 $(GO_PACKAGES)
+	cd $(IMAGES_MODULE) && $(UNIT) -count=1 ./...
 
 ## unit-compile: the unit tests compiled and linked into UNIT_BIN, not run
 ## (make test compiles them at idle priority while the e2e legs run).
 unit-compile:
 	@if [ -z "$(UNIT_BIN)" ]; then echo "make unit-compile needs UNIT_BIN=DIR" >&2; exit 1; fi
-	$(UNIT) -c -o $(UNIT_BIN)/ $(GO_PACKAGES)
+	$(UNIT) -c -o $(abspath $(UNIT_BIN))/ $(GO_PACKAGES)
+	cd $(IMAGES_MODULE) && $(UNIT) -c -o $(abspath $(UNIT_BIN))/ ./...
 
 deps:
 	hack/install-deps.sh etcd-server

@@ -72,7 +72,7 @@ unit_bin=$(mktemp -d)
 	make --no-print-directory unit-compile UNIT_BIN="$unit_bin" > _output/unit-build.log 2>&1 ||
 		echo "compiling the unit tests failed (make unit says why)" >> _output/unit-build.log
 	echo "unit tests compiled after $((SECONDS - start)) s" >> _output/unit-build.log
-	# What the release test (hack/images TestRelease, in the unit tests)
+	# What the release test (test/tools/images TestRelease, in the unit tests)
 	# builds: the arm64 cross-compile of the driver's packages (into the
 	# build cache; the test links them) and the SBOM tool.
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go build -trimpath -o /dev/null ./cmd/... >> _output/unit-build.log 2>&1 ||

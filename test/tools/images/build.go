@@ -48,6 +48,8 @@ const (
 	license = "Apache-2.0"
 	// maxArches bounds the -arch list.
 	maxArches = 8
+	// maxModuleDepth bounds the directories moduleRoot climbs.
+	maxModuleDepth = 64
 )
 
 // Image sets of `build -set`.
@@ -429,7 +431,7 @@ func replaceDir(tmp, dst string) error {
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		if rerr := os.Rename(old, dst); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			return fmt.Errorf("moving %s to %s: %w (and restoring the previous layout: %v)", tmp, dst, err, rerr)
+			return fmt.Errorf("moving %s to %s: %w (and restoring the previous layout: %w)", tmp, dst, err, rerr)
 		}
 		return fmt.Errorf("moving %s to %s: %w", tmp, dst, err)
 	}
@@ -459,7 +461,11 @@ func linkerFlags(version, revision string) string {
 // binary). Go puts no timestamps in binaries, so the same sources and
 // flags give the same bytes.
 func compile(ctx context.Context, dir, arch, ldflags string, pkgs []string, stderr io.Writer) error {
-	root, err := moduleRoot(ctx)
+	wd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("finding the module root: %w", err)
+	}
+	root, err := moduleRoot(wd)
 	if err != nil {
 		return err
 	}
@@ -474,22 +480,41 @@ func compile(ctx context.Context, dir, arch, ldflags string, pkgs []string, stde
 	return nil
 }
 
-// moduleRoot is the directory of the dra-driver-swap module that holds the
-// working directory.
-func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Path}} {{.Dir}}").Output()
+// moduleRoot is the root of the dra-driver-swap module that holds dir: the
+// nearest directory at or above dir whose go.mod declares modulePath. It
+// looks past the go.mod of nested modules (this command's own,
+// test/tools/images), so it runs from anywhere in the repository.
+func moduleRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
 	if err != nil {
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			return "", fmt.Errorf("finding the module root with go list -m: %w: %s", err, bytes.TrimSpace(exitErr.Stderr))
+		return "", fmt.Errorf("finding the module root: %w", err)
+	}
+	for range maxModuleDepth {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		switch {
+		case err == nil && modFilePath(data) == modulePath:
+			return dir, nil
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return "", fmt.Errorf("finding the module root: %w", err)
 		}
-		return "", fmt.Errorf("finding the module root with go list -m: %w", err)
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
 	}
-	modPath, dir, ok := strings.Cut(strings.TrimSpace(string(out)), " ")
-	if !ok || modPath != modulePath {
-		return "", fmt.Errorf("run this from within the %s module (go list -m says %q)", modulePath, strings.TrimSpace(string(out)))
+	return "", fmt.Errorf("run this from within the %s module: no go.mod declaring it at or above the working directory", modulePath)
+}
+
+// modFilePath is the module path that a go.mod file declares, or "".
+func modFilePath(data []byte) string {
+	for line := range strings.Lines(string(data)) {
+		fields := strings.Fields(line)
+		if len(fields) >= 2 && fields[0] == "module" {
+			return strings.Trim(fields[1], `"`)
+		}
 	}
-	return dir, nil
+	return ""
 }
 
 // packImage makes an image of one layer holding s's binaries from binDir,

@@ -219,8 +219,9 @@ func TestImages(t *testing.T) {
 		// "registry serving http://127.0.0.1:PORT, blobs in DIR"
 		line, err := bufio.NewReader(stdout).ReadString('\n')
 		if err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
+			// Cleanup: the read failed already; Wait reports the kill.
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
 			t.Fatalf("reading the registry's address: %v; stderr:\n%s", err, stderr.String())
 		}
 		registry, _, _ := strings.Cut(strings.TrimPrefix(line, "registry serving http://"), ",")
