@@ -85,16 +85,18 @@ fmt-check:
 ## depends on nothing node-side (hack/check-layers.sh).
 verify: fmt-check lint
 	$(NOCGO) $(GO) vet ./...
+	cd $(IMAGES_MODULE) && $(NOCGO) $(GO) vet ./...
 	hack/check-modules.sh
 	hack/check-hook-deps.sh
 	hack/check-layers.sh
 
 ## lint: golangci-lint with logcheck compiled in (.golangci.yml says which
-## linters and why) on the driver's module; built from test/tools/lint
-## (hack/build-tools.sh golangci-lint).
+## linters and why) on the driver's module and the image builder's; built
+## from test/tools/lint (hack/build-tools.sh golangci-lint).
 lint:
 	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh golangci-lint
-	$(NOCGO) $(OUT_DIR)/golangci-lint run ./...
+	$(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
+	cd $(IMAGES_MODULE) && $(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
 
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:
