@@ -9,8 +9,9 @@
 #      and disk) beside them;
 #   3. the two-node e2e run and the integration tests one after another, at
 #      normal priority. Beside them, in the CPU time they leave idle
-#      (SCHED_IDLE: the e2e run never waits for it), go vet and the
-#      compiling of the -race unit tests, the other two large compiles of a
+#      (SCHED_IDLE: the e2e run never waits for it), make verify (go vet,
+#      and golangci-lint: built from test/tools/lint, then run) and the
+#      compiling of the -race unit tests, the other large compiles of a
 #      cold run;
 #   4. the unit tests, at normal priority (compiled by then: links and runs).
 # Nothing timed runs at idle priority: vet's result does not depend on time,
@@ -57,9 +58,9 @@ fi
 tail -n 1 _output/guest-build.log
 phase "builds done"
 
-# In the background, at idle priority: go vet (the check itself), then the
-# -race unit tests compiled and linked into a scratch directory (the build
-# cache keeps the compiled packages for step 4).
+# In the background, at idle priority: make verify (the linters' build and
+# run, go vet), then the -race unit tests compiled and linked into a
+# scratch directory (the build cache keeps the compiled packages for step 4).
 unit_bin=$(mktemp -d)
 (
 	# SCHED_IDLE (and idle I/O), before anything starts: the children
