@@ -16,7 +16,7 @@ IMAGES_DIR ?= $(CURDIR)/_output/images
 VERSION_LDFLAGS := -X github.com/dra-driver-swap/dra-driver-swap/internal/version.version=$(VERSION) \
 	-X github.com/dra-driver-swap/dra-driver-swap/internal/version.revision=$(REVISION)
 
-GO_PACKAGES := ./api/... ./cmd/... ./internal/... ./test/monitoring/...
+GO_PACKAGES := ./api/... ./cmd/... ./internal/... ./test/monitoring/... ./test/docs/... ./test/manifest/...
 # The image builder, dra-swap-images: a module of its own (go-containerregistry
 # and docker/cli stay out of the driver's go.mod); its unit tests run beside
 # the driver's.

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
+
 	// client-go's request metrics (rest_client_*, as every Kubernetes
 	// component exports them) go to the legacy registry, which the
 	// plugin's /metrics serves beside its own.

@@ -7,12 +7,6 @@
 package cdi
 
 import (
-	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
-
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,6 +18,12 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const (
@@ -161,7 +161,7 @@ func (w *Writer) Spec(edits ClaimEdits) (*cdispec.Spec, error) {
 		}
 		spec.Devices = append(spec.Devices, device)
 	}
-	version, err := cdiapi.MinimumRequiredVersion(spec)
+	version, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
 		return nil, fmt.Errorf("minimum CDI version for claim %s: %w", edits.ClaimUID, err)
 	}
