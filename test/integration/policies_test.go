@@ -380,7 +380,7 @@ func testPluginClaimStatus(t *testing.T, s *framework.APIServer, byPolicy bool) 
 	// internal/kubeletplugin/driver's claim status writer does: server-side
 	// apply of the status with its field manager, forced.
 	apply := func(client kubernetes.Interface, c *resourceapi.ResourceClaim, pool, condition string) error {
-		data, err := json.Marshal(driver.DeviceStatusData{APIVersion: "dra.swap/v1alpha1", Kind: "SwapDeviceStatus", SwapBytes: 1 << 20})
+		data, err := json.Marshal(driver.DeviceStatusData{APIVersion: "dra.swap/v1alpha1", Kind: "SwapDeviceStatus", LimitBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,12 +56,12 @@ type Checkpoint struct {
 type ClaimInfo struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// SwapBytes is the swap the claim grants (sum of its consumed
+	// LimitBytes is the swap the claim grants (sum of its consumed
 	// capacity on this driver's devices).
-	SwapBytes int64 `json:"swapBytes"`
-	// EnvBytes is the DRA_SWAP_LIMIT_BYTES value written into its spec.
-	EnvBytes int64            `json:"envBytes"`
-	Devices  []PreparedDevice `json:"devices"`
+	LimitBytes int64 `json:"swapBytes"`
+	// EnvLimitBytes is the DRA_SWAP_LIMIT_BYTES value written into its spec.
+	EnvLimitBytes int64            `json:"envBytes"`
+	Devices       []PreparedDevice `json:"devices"`
 }
 
 // PreparedDevice is one device result returned to the kubelet.

@@ -14,7 +14,7 @@ const boot = "5b1b4a3e-0000-4000-8000-000000000001"
 func sample() *Checkpoint {
 	cp := New(boot)
 	cp.Claims["uid-1"] = ClaimInfo{
-		Namespace: "ns", Name: "claim", SwapBytes: 1 << 30, EnvBytes: 1 << 30,
+		Namespace: "ns", Name: "claim", LimitBytes: 1 << 30, EnvLimitBytes: 1 << 30,
 		Devices: []PreparedDevice{{Requests: []string{"swap"}, PoolName: "node-a", DeviceName: "swap", CDIDeviceIDs: []string{"dra.swap/swap=uid-1"}}},
 	}
 	return cp

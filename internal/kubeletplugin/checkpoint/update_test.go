@@ -35,7 +35,7 @@ func writeCheckpoint(t *testing.T, path, content string) {
 
 func addClaim(uid types.UID) func(*Checkpoint) error {
 	return func(cp *Checkpoint) error {
-		cp.Claims[uid] = ClaimInfo{Namespace: "ns", Name: string(uid), SwapBytes: 1}
+		cp.Claims[uid] = ClaimInfo{Namespace: "ns", Name: string(uid), LimitBytes: 1}
 		return nil
 	}
 }

@@ -47,8 +47,8 @@ const StatusFieldManager = "dra.swap-kubeletplugin"
 type DeviceStatusData struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
-	// SwapBytes is what the result grants (its consumed capacity).
-	SwapBytes int64 `json:"swapBytes"`
+	// LimitBytes is what the result grants (its consumed capacity).
+	LimitBytes int64 `json:"swapBytes"`
 	// AdminAccess: the result was allocated with admin access and grants
 	// nothing.
 	AdminAccess bool `json:"adminAccess,omitempty"`
@@ -57,9 +57,9 @@ type DeviceStatusData struct {
 	// Containers maps each container of the pod that gets the result to
 	// its swap limit in bytes (the sum of all its claims).
 	Containers map[string]int64 `json:"containers,omitempty"`
-	// PodSwapLimitBytes is the pod's budget, when its containers share a
+	// PodLimitBytes is the pod's budget, when its containers share a
 	// claim.
-	PodSwapLimitBytes *int64 `json:"podSwapLimitBytes,omitempty"`
+	PodLimitBytes *int64 `json:"podSwapLimitBytes,omitempty"`
 	// Config is the SwapConfig that took effect.
 	Config *appliedConfig `json:"config,omitempty"`
 }
@@ -239,7 +239,7 @@ func (s *claimStatuses) applyConfiguration(st *claimState) (*resourceapply.Resou
 	status := resourceapply.ResourceClaimStatus()
 	for _, r := range st.report.Results {
 		data := DeviceStatusData{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "SwapDeviceStatus",
-			SwapBytes: r.LimitBytes, AdminAccess: r.AdminAccess, Containers: r.Containers, PodSwapLimitBytes: st.report.PodLimitBytes}
+			LimitBytes: r.LimitBytes, AdminAccess: r.AdminAccess, Containers: r.Containers, PodLimitBytes: st.report.PodLimitBytes}
 		if st.report.Pod.Name != "" {
 			data.Pod = st.report.Pod.String()
 		}

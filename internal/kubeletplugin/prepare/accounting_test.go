@@ -262,8 +262,8 @@ func TestPrepareAdminAccess(t *testing.T) {
 	if deviceEnv(d) != "DRA_SWAP_ADMIN_ACCESS=true" || len(d.ContainerEdits.Hooks) != 0 {
 		t.Errorf("admin device = %+v, want only the marker variable", d.ContainerEdits)
 	}
-	if c := e.checkpointed()[claim.UID]; c.SwapBytes != 0 {
-		t.Errorf("checkpoint holds %d bytes for an admin-access claim", c.SwapBytes)
+	if c := e.checkpointed()[claim.UID]; c.LimitBytes != 0 {
+		t.Errorf("checkpoint holds %d bytes for an admin-access claim", c.LimitBytes)
 	}
 	if len(events.events) != 1 || events.events[0].reason != ReasonSwapNotGranted || events.events[0].pod != "ns/pod" ||
 		!strings.Contains(events.events[0].message, "admin access") {
@@ -372,7 +372,7 @@ func TestPrepareAnswersAsRecorded(t *testing.T) {
 	}
 	old := "dra.swap/swap=" + uidA
 	if err := e.store.Update(func(cp *checkpoint.Checkpoint) error {
-		cp.Claims[claim.UID] = checkpoint.ClaimInfo{Namespace: "ns", Name: "swap", SwapBytes: 100 * mi, EnvBytes: 100 * mi,
+		cp.Claims[claim.UID] = checkpoint.ClaimInfo{Namespace: "ns", Name: "swap", LimitBytes: 100 * mi, EnvLimitBytes: 100 * mi,
 			Devices: []checkpoint.PreparedDevice{{Requests: []string{"swap"}, PoolName: node, DeviceName: "swap", CDIDeviceIDs: []string{old}}}}
 		return nil
 	}, nil); err != nil {

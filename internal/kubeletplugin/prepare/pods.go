@@ -167,13 +167,13 @@ func sharesFrom(namespace string, batch map[string]*claimPlan, cp *checkpoint.Ch
 func recordedShares(uid types.UID, c checkpoint.ClaimInfo) []share {
 	if len(c.Devices) == 1 {
 		d := c.Devices[0]
-		s := share{claim: c.Name, index: resultIndexOf(uid, d.CDIDeviceIDs), limitBytes: c.SwapBytes}
+		s := share{claim: c.Name, index: resultIndexOf(uid, d.CDIDeviceIDs), limitBytes: c.LimitBytes}
 		if len(d.Requests) == 1 {
 			s.request = resourceclaim.BaseRequestRef(d.Requests[0])
 		}
 		return []share{s}
 	}
-	return []share{{claim: c.Name, index: -1, limitBytes: c.SwapBytes}}
+	return []share{{claim: c.Name, index: -1, limitBytes: c.LimitBytes}}
 }
 
 // resultIndexOf reads the result index out of the claim's CDI device ID;

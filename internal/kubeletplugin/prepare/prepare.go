@@ -173,7 +173,7 @@ func (m *Manager) Prepared() (claims int, swapBytes int64, err error) {
 
 func totals(cp *checkpoint.Checkpoint) (claims int, swapBytes int64) {
 	for _, c := range cp.Claims {
-		swapBytes += c.SwapBytes
+		swapBytes += c.LimitBytes
 	}
 	return len(cp.Claims), swapBytes
 }
@@ -359,7 +359,7 @@ func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *cl
 		envBytes = edits.Devices[0].EnvLimitBytes
 	}
 	cp.Claims[claim.UID] = checkpoint.ClaimInfo{
-		Namespace: claim.Namespace, Name: claim.Name, SwapBytes: plan.limitBytes, EnvBytes: envBytes, Devices: saved,
+		Namespace: claim.Namespace, Name: claim.Name, LimitBytes: plan.limitBytes, EnvLimitBytes: envBytes, Devices: saved,
 	}
 	return devices, !wasPrepared, report, nil
 }

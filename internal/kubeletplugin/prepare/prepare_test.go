@@ -262,7 +262,7 @@ func TestPrepareOneClaim(t *testing.T) {
 	if got := hookArgs(s); !strings.Contains(got, "--swap-limit=314572800 --claim-uid="+uidA) {
 		t.Errorf("hook args = %s", got)
 	}
-	if c := e.checkpointed()[claim.UID]; c.SwapBytes != 300*mi || c.Name != "swap" {
+	if c := e.checkpointed()[claim.UID]; c.LimitBytes != 300*mi || c.Name != "swap" {
 		t.Errorf("checkpoint entry = %+v", c)
 	}
 	if n, b, err := e.m.Prepared(); n != 1 || b != 300*mi || err != nil {
