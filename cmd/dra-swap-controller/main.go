@@ -23,7 +23,6 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/commandline"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
 
 const name = "dra-swap-controller"
@@ -56,7 +55,6 @@ func run(args []string, stdout io.Writer) error {
 		burst      int
 	)
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	cleanup := fs.Bool("cleanup-node-labels", false,
 		"Remove the labels the controller sets on Nodes ("+strings.Join(podlabels.NodeKeys(), ", ")+") from every Node, and only those, then exit: the chart's post-delete hook runs this when the driver is uninstalled.")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
@@ -91,15 +89,9 @@ func run(args []string, stdout io.Writer) error {
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", ":8080", "Serve Prometheus metrics at http://ADDRESS/metrics; 0 disables.")
 	fs.StringVar(&cfg.HealthAddress, "health-address", ":8081", "Serve /healthz and /readyz; 0 disables.")
 
-	if err := commandline.Parse(fs, args); err != nil {
+	if done, err := commandline.Parse(name, fs, args, stdout); done || err != nil {
 		return err
 	}
-	build := version.Get()
-	if *showVersion {
-		_, err := fmt.Fprintln(stdout, build.Line(name))
-		return err
-	}
-	klog.Background().Info("Starting "+name, "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
 	cfg.Policy = podlabels.Policy{Allowlist: trimmed(allowlist), Selection: podlabels.Selection(selection)}
 	if nsSelector != "" {
 		sel, err := labels.Parse(nsSelector)

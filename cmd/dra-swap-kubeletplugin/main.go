@@ -28,7 +28,6 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
 
 const name = "dra-swap-kubeletplugin"
@@ -55,16 +54,9 @@ type options struct {
 // run runs the plugin, or prints its version on stdout with --version.
 func run(args []string, stdout io.Writer) error {
 	o := options{cfg: driver.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig()}}
-	fs, showVersion := o.flagSet()
-	if err := commandline.Parse(fs, args); err != nil {
+	if done, err := commandline.Parse(name, o.flagSet(), args, stdout); done || err != nil {
 		return err
 	}
-	build := version.Get()
-	if *showVersion {
-		_, err := fmt.Fprintln(stdout, build.Line(name))
-		return err
-	}
-	klog.Background().Info("Starting "+name, "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
 	if err := o.complete(); err != nil {
 		return err
 	}
@@ -83,9 +75,8 @@ func run(args []string, stdout io.Writer) error {
 }
 
 // flagSet defines the command's flags into o.
-func (o *options) flagSet() (*pflag.FlagSet, *bool) {
+func (o *options) flagSet() *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.StringVar(&o.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
 	fs.StringVar(&o.cfg.DriverName, "driver-name", v1alpha1.DriverName, "DRA driver name.")
 	fs.StringVar(&o.cfg.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod, for seamless rolling updates (default $POD_UID).")
@@ -120,7 +111,7 @@ func (o *options) flagSet() (*pflag.FlagSet, *bool) {
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "Queries per second to the API server, for the claim reads of the kubelet's calls and, with a rate limiter of their own, for events and claim status writes.")
 	fs.IntVar(&o.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics, readiness (registered with the kubelet) at /readyz and liveness (the plugin runs) at /healthz; disabled when empty.")
-	return fs, showVersion
+	return fs
 }
 
 // complete turns the flags that are not Config fields as they are into
