@@ -201,12 +201,10 @@ func (p *Plugin) buildPrepare(writer *cdi.Writer, recorder events.EventRecorder)
 	p.manager = prepare.NewManager(prepare.Options{
 		DriverName:        p.cfg.DriverName,
 		PoolName:          p.cfg.NodeName,
-		CgroupVersion:     p.cgroupVersion,
+		Node:              preparedNode{p},
 		AllowCriticalPods: p.cfg.AllowCriticalPods,
-		Recorded:          p.metrics.setPrepared,
-		Offer:             p.offer,
 		Events:            podEventSink{recorder},
-		Prepared:          p.statuses.prepared,
+		Observer:          prepareObserver{metrics: p.metrics, statuses: p.statuses},
 	}, writer, p.store, p.pods)
 }
 
@@ -252,17 +250,33 @@ func (p *Plugin) buildPublisher(ctx context.Context, recorder events.EventRecord
 		"kubepodsCgroup", source.CgroupV2KubepodsPath, "config", cfg.Pressure)
 }
 
-// offer and cgroupVersion are what prepare reads of the publisher. The
-// kubelet may call before the first Sync: the cgroup version falls back
-// to New's discovery until the publisher has facts of its own.
-func (p *Plugin) offer() int64 { return p.publisher.Offer() }
+// preparedNode is what prepare reads of the node (prepare.Node): the
+// publisher's offer and cgroup version. The kubelet may call before the
+// first Sync: the cgroup version falls back to New's discovery until the
+// publisher has facts of its own.
+type preparedNode struct{ p *Plugin }
 
-func (p *Plugin) cgroupVersion() int {
-	if v := p.publisher.Facts().CgroupVersion; v != 0 {
+func (n preparedNode) Offer() int64 { return n.p.publisher.Offer() }
+
+func (n preparedNode) CgroupVersion() int {
+	if v := n.p.publisher.Facts().CgroupVersion; v != 0 {
 		return v
 	}
-	return p.facts.CgroupVersion
+	return n.p.facts.CgroupVersion
 }
+
+// prepareObserver passes what prepare did on to the metrics and the
+// claims' status (prepare.Observer).
+type prepareObserver struct {
+	metrics  *Metrics
+	statuses *claimStatuses
+}
+
+func (o prepareObserver) Recorded(claims int, limitBytes int64) {
+	o.metrics.setPrepared(claims, limitBytes)
+}
+
+func (o prepareObserver) Prepared(r prepare.ClaimReport) { o.statuses.prepared(r) }
 
 // fail stops Run with err (the first fatal error wins).
 func (p *Plugin) fail(err error) {

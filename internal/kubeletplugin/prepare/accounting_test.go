@@ -276,8 +276,7 @@ func TestPrepareAdminAccess(t *testing.T) {
 // claims already prepared stay prepared.
 func TestPrepareRefusesWhenSwapShrank(t *testing.T) {
 	e := newEnv(t)
-	offer := int64(200 * mi)
-	e.m.opts.Offer = func() int64 { return offer }
+	e.offer = 200 * mi
 	ctx := testContext(t)
 	e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"x"}, "b": {"y"}}, "x", "y")
 	x := newClaim(uidA, "x", 150*mi)
@@ -290,14 +289,14 @@ func TestPrepareRefusesWhenSwapShrank(t *testing.T) {
 	if r.Err == nil || !strings.Contains(r.Err.Error(), want) {
 		t.Fatalf("error = %v, want %q", r.Err, want)
 	}
-	offer = 100 * mi
+	e.offer = 100 * mi
 	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{x})[x.UID]; r.Err != nil {
 		t.Errorf("re-preparing a prepared claim after swap shrank: %v", r.Err)
 	}
 	if _, ok := e.checkpointed()[y.UID]; ok || len(e.specFiles()) != 1 {
 		t.Errorf("the refused claim left state: checkpoint %v, specs %v", e.checkpointed(), e.specFiles())
 	}
-	offer = -1 // not known yet: no check
+	e.offer = -1 // not known yet: no check
 	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{y})[y.UID]; r.Err != nil {
 		t.Errorf("prepare before the offer is known: %v", r.Err)
 	}
@@ -327,8 +326,7 @@ func TestPrepareRefusalNamesTheCause(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			offer := int64(200 * mi)
-			e.m.opts.Offer = func() int64 { return offer }
+			e.offer = 200 * mi
 			ctx := testContext(t)
 			e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"x"}}, "x")
 			x := newClaim(uidA, "x", 150*mi)
@@ -342,7 +340,7 @@ func TestPrepareRefusalNamesTheCause(t *testing.T) {
 			e.pods.pods["ns/next"] = next
 			y := newClaim(uidB, "y", tc.newBytes)
 			y.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: next.Name, UID: next.UID}}
-			offer = tc.offerThen
+			e.offer = tc.offerThen
 			r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{y})[y.UID]
 			if r.Err == nil {
 				t.Fatal("prepared a claim that does not fit")
@@ -428,7 +426,7 @@ func TestPrepareExtendedResourceClaim(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			got := map[string]map[string]int64{}
-			e.m.opts.Prepared = func(r ClaimReport) {
+			e.prepared = func(r ClaimReport) {
 				for _, res := range r.Results {
 					got[r.Claim.Name] = res.Containers
 				}

@@ -230,7 +230,7 @@ func TestRecordedTotals(t *testing.T) {
 		bytes  int64
 	}
 	var got []recorded
-	two.m.opts.Recorded = func(claims int, swapBytes int64) { got = append(got, recorded{claims, swapBytes}) }
+	two.recorded = func(claims int, limitBytes int64) { got = append(got, recorded{claims, limitBytes}) }
 	ctx := testContext(t)
 	if r := one.m.Prepare(ctx, []*resourceapi.ResourceClaim{newClaim(uidA, "a", mi)})[uidA]; r.Err != nil {
 		t.Fatal(r.Err)
@@ -288,8 +288,8 @@ func TestConcurrentPreparesKeepTheOffer(t *testing.T) {
 	const calls, fits = 12, 10
 	e := newEnv(t)
 	counting := &countingStore{CheckpointStore: e.saver}
-	e.m = NewManager(Options{DriverName: "dra.swap", PoolName: node, CgroupVersion: func() int { return 1 },
-		Offer: func() int64 { return fits * mi }}, e.writer, counting, e.pods)
+	e.offer = fits * mi
+	e.m = NewManager(Options{DriverName: "dra.swap", PoolName: node, Node: e, Observer: e}, e.writer, counting, e.pods)
 	ctx := testContext(t)
 	lock, err := os.OpenFile(e.store.LockPath(), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

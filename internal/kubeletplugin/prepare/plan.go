@@ -127,7 +127,7 @@ func (m *Manager) config(claim *resourceapi.ResourceClaim, configs []resourceapi
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("%s%w", where, errs.ToAggregate())
 		}
-		if errs = sc.ValidateForCgroupVersion(m.opts.CgroupVersion()); len(errs) > 0 {
+		if errs = sc.ValidateForCgroupVersion(m.opts.Node.CgroupVersion()); len(errs) > 0 {
 			for _, e := range errs {
 				e.Field = path.String() + "." + e.Field
 			}

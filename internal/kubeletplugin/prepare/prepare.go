@@ -71,25 +71,37 @@ type Options struct {
 	DriverName string
 	// PoolName is this node's pool (the node name).
 	PoolName string
-	// CgroupVersion reports the node's cgroup version (1 or 2).
-	CgroupVersion func() int
+	// Node is what prepare reads of the node; required.
+	Node Node
 	// AllowCriticalPods lets system-node-critical and
 	// system-cluster-critical pods use swap; the kubelet never swaps
 	// them, and neither does this driver unless an admin says so.
 	AllowCriticalPods bool
-	// Recorded, if set, is told what the checkpoint holds after each
-	// prepare or unprepare (the claims prepared on the node and the swap
-	// they grant), from the checkpoint that call read, for the metrics.
-	Recorded func(claims int, swapBytes int64)
-	// Offer, if set, returns the swap the node offers now (negative when
-	// not known yet). A claim that would take the prepared claims above it
-	// is refused: it was allocated against an earlier, larger offer.
-	Offer func() int64
 	// Events, if set, receives events for the pods that use a claim.
 	Events EventSink
-	// Prepared, if set, is told what each prepared claim grants (after the
+	// Observer, if set, is told what prepare and unprepare did.
+	Observer Observer
+}
+
+// Node is what prepare reads of the node while it decides.
+type Node interface {
+	// CgroupVersion is the node's cgroup version (1 or 2).
+	CgroupVersion() int
+	// Offer is the swap the node offers now, negative when not known
+	// yet. A claim that would take the prepared claims above it is
+	// refused: it was allocated against an earlier, larger offer.
+	Offer() int64
+}
+
+// Observer is told what prepare and unprepare did.
+type Observer interface {
+	// Recorded is told what the checkpoint holds after each prepare or
+	// unprepare (the claims prepared on the node and the swap they
+	// grant), from the checkpoint that call read, for the metrics.
+	Recorded(claims int, limitBytes int64)
+	// Prepared is told what each prepared claim grants (after the
 	// checkpoint was saved), for the claim's status.
-	Prepared func(ClaimReport)
+	Prepared(ClaimReport)
 }
 
 // ClaimReport is what prepare granted for one claim.
@@ -178,7 +190,7 @@ func totals(cp *checkpoint.Checkpoint) (claims int, swapBytes int64) {
 	return len(cp.Claims), swapBytes
 }
 
-// update is store.Update, and then tells Options.Recorded what the
+// update is store.Update, and then tells Options.Observer what the
 // checkpoint holds when the change was saved or there was nothing to save.
 func (m *Manager) update(change func(cp *checkpoint.Checkpoint) error, undo func() error) error {
 	var seen *checkpoint.Checkpoint
@@ -186,8 +198,8 @@ func (m *Manager) update(change func(cp *checkpoint.Checkpoint) error, undo func
 		seen = cp
 		return change(cp)
 	}, undo)
-	if m.opts.Recorded != nil && seen != nil && (err == nil || errors.Is(err, errUnchanged)) {
-		m.opts.Recorded(totals(seen))
+	if m.opts.Observer != nil && seen != nil && (err == nil || errors.Is(err, errUnchanged)) {
+		m.opts.Observer.Recorded(totals(seen))
 	}
 	return err
 }
@@ -293,8 +305,8 @@ func (m *Manager) Prepare(ctx context.Context, claims []*resourceapi.ResourceCla
 		logger.V(2).Info("Prepared swap claim", "claim", klog.KObj(claim), "uid", claim.UID, "swapBytes", plan.limitBytes)
 		results[claim.UID] = kubeletplugin.PrepareResult{Devices: prepared[claim.UID]}
 		m.tellAdminAccess(plan)
-		if m.opts.Prepared != nil {
-			m.opts.Prepared(reports[claim.UID])
+		if m.opts.Observer != nil {
+			m.opts.Observer.Prepared(reports[claim.UID])
 		}
 	}
 	return results
@@ -378,10 +390,10 @@ func recordedDevices(info checkpoint.ClaimInfo) []kubeletplugin.Device {
 // the scheduler allocated the claim, or claims the scheduler no longer
 // counts (a force-deleted pod's) are still held until they are unprepared.
 func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
-	if m.opts.Offer == nil || plan.limitBytes == 0 {
+	if plan.limitBytes == 0 {
 		return nil
 	}
-	offer := m.opts.Offer()
+	offer := m.opts.Node.Offer()
 	if offer < 0 {
 		return nil
 	}

@@ -49,7 +49,28 @@ type env struct {
 	pods    *fakePods
 	saver   *failingStore
 	m       *Manager
-	cgroup  int
+	// cgroup and offer are what the node says (prepare.Node): its cgroup
+	// version and its offer (negative: not known, no check).
+	cgroup int
+	offer  int64
+	// recorded and prepared, when set, are what the Observer calls.
+	recorded func(claims int, limitBytes int64)
+	prepared func(ClaimReport)
+}
+
+func (e *env) CgroupVersion() int { return e.cgroup }
+func (e *env) Offer() int64       { return e.offer }
+
+func (e *env) Recorded(claims int, limitBytes int64) {
+	if e.recorded != nil {
+		e.recorded(claims, limitBytes)
+	}
+}
+
+func (e *env) Prepared(r ClaimReport) {
+	if e.prepared != nil {
+		e.prepared(r)
+	}
 }
 
 type fakePods struct {
@@ -109,7 +130,7 @@ func newEnv(t testing.TB) *env {
 // for, with no containers: the kubelet prepares a claim only for a pod
 // bound to the node. Tests that look at containers replace it.
 func newEnvIn(t testing.TB, dir string) *env {
-	e := &env{t: t, specDir: filepath.Join(dir, "cdi"), pods: &fakePods{pods: map[string]*corev1.Pod{"ns/pod": pod(nil)}}, cgroup: 1}
+	e := &env{t: t, specDir: filepath.Join(dir, "cdi"), pods: &fakePods{pods: map[string]*corev1.Pod{"ns/pod": pod(nil)}}, cgroup: 1, offer: -1}
 	var err error
 	e.writer, err = cdi.NewWriter(e.specDir, "/opt/dra-swap/bin/dra-swap-hook", "/run/dra-swap/hook")
 	if err != nil {
@@ -123,7 +144,7 @@ func newEnvIn(t testing.TB, dir string) *env {
 
 // restart builds a new Manager, as a restarted plugin does.
 func (e *env) restart() {
-	e.m = NewManager(Options{DriverName: "dra.swap", PoolName: node, CgroupVersion: func() int { return e.cgroup }}, e.writer, e.saver, e.pods)
+	e.m = NewManager(Options{DriverName: "dra.swap", PoolName: node, Node: e, Observer: e}, e.writer, e.saver, e.pods)
 }
 
 func (e *env) specFiles() []string {
