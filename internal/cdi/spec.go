@@ -172,8 +172,7 @@ func (w *Writer) Spec(edits ClaimEdits) (*cdispec.Spec, error) {
 // applyArgs is the createRuntime hook's argv: the program name, then the
 // hook's request for the device's share.
 func (w *Writer) applyArgs(e ClaimEdits, d DeviceEdits) []string {
-	req := hook.Request{ClaimUID: e.ClaimUID, ResultIndex: d.ResultIndex, PodUID: e.PodUID,
-		Share: hookstate.Share{Settings: d.Settings, PodLimitBytes: e.PodLimitBytes}}
+	req := hook.Request{ClaimUID: e.ClaimUID, ResultIndex: d.ResultIndex, PodUID: e.PodUID, Share: e.share(d)}
 	return append([]string{filepath.Base(w.hookPath)}, hook.FormatArgs(hook.SpecConfig(w.hookStateDir), req)...)
 }
 
@@ -190,9 +189,6 @@ func (e ClaimEdits) validate() error {
 	if e.PodUID != "" && !limits.IsUID(e.PodUID) {
 		return fmt.Errorf("claim %s: pod UID %q is not a Kubernetes UID", e.ClaimUID, e.PodUID)
 	}
-	if e.PodLimitBytes != nil && *e.PodLimitBytes < 0 {
-		return fmt.Errorf("claim %s: negative pod swap limit %d", e.ClaimUID, *e.PodLimitBytes)
-	}
 	if len(e.Devices) == 0 {
 		return fmt.Errorf("claim %s: no devices", e.ClaimUID)
 	}
@@ -202,18 +198,25 @@ func (e ClaimEdits) validate() error {
 			return fmt.Errorf("claim %s: result index %d is negative, too large or repeated", e.ClaimUID, d.ResultIndex)
 		}
 		seen[d.ResultIndex] = true
-		if err := d.validate(); err != nil {
+		if err := d.validate(e.share(d)); err != nil {
 			return fmt.Errorf("claim %s, result %d: %w", e.ClaimUID, d.ResultIndex, err)
 		}
 	}
 	return nil
 }
 
-func (d DeviceEdits) validate() error {
+// share is what the device's createRuntime hook records for the container.
+func (e ClaimEdits) share(d DeviceEdits) hookstate.Share {
+	return hookstate.Share{Settings: d.Settings, PodLimitBytes: e.PodLimitBytes}
+}
+
+// validate checks the device's environment value and the share its hook
+// records, as the hook and the record check it.
+func (d DeviceEdits) validate(share hookstate.Share) error {
 	if d.EnvLimitBytes < 0 {
 		return fmt.Errorf("negative %s %d", v1alpha1.EnvSwapLimit, d.EnvLimitBytes)
 	}
-	return d.Settings.Validate()
+	return share.Validate()
 }
 
 // Write atomically writes (or replaces) the claim's spec; the CDI device

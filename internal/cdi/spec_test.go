@@ -136,6 +136,7 @@ func TestSpecRejectsBadEdits(t *testing.T) {
 		"uppercase uid":     {ClaimUID: strings.ToUpper(uid), Devices: one(DeviceEdits{})},
 		"pod uid with args": {ClaimUID: uid, PodUID: podUID + " --x", Devices: one(DeviceEdits{})},
 		"negative pod":      {ClaimUID: uid, PodLimitBytes: ptr.To[int64](-1), Devices: one(DeviceEdits{})},
+		"pod too large":     {ClaimUID: uid, PodLimitBytes: ptr.To(limits.MaxSwapBytes + 1), Devices: one(DeviceEdits{})},
 		"no devices":        {ClaimUID: uid},
 		"repeated index":    {ClaimUID: uid, Devices: []DeviceEdits{{ResultIndex: 1}, {ResultIndex: 1}}},
 		"negative index":    {ClaimUID: uid, Devices: one(DeviceEdits{ResultIndex: -1})},

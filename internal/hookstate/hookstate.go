@@ -149,7 +149,7 @@ func Record(dir, key string, share Share) error {
 	if !isShareKey(key) {
 		return fmt.Errorf("share %q is not a claim UID with an optional result index", key)
 	}
-	if err := share.validate(); err != nil {
+	if err := share.Validate(); err != nil {
 		return fmt.Errorf("share %s: %w", key, err)
 	}
 	data, err := json.Marshal(share)
@@ -162,7 +162,10 @@ func Record(dir, key string, share Share) error {
 	return nil
 }
 
-func (s Share) validate() error {
+// Validate checks the share's settings (swapsettings.Settings.Validate)
+// and its pod's budget, within 0..limits.MaxSwapBytes: what Record writes
+// and Sum reads, and what the CDI writer hands the hook.
+func (s Share) Validate() error {
 	if err := s.Settings.Validate(); err != nil {
 		return err
 	}
@@ -267,7 +270,7 @@ func Sum(dir string) (Totals, error) {
 		if err := json.Unmarshal(data, &s); err != nil {
 			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
 		}
-		if err := s.validate(); err != nil {
+		if err := s.Validate(); err != nil {
 			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
 		}
 		if total.LimitBytes > limits.MaxSwapBytes-s.LimitBytes {
