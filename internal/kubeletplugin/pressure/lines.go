@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -18,7 +19,7 @@ func parseKeyedLines(r io.Reader, what string, keys []string, parse func(key str
 	for lineNo := 1; scanner.Scan(); lineNo++ {
 		line := scanner.Text()
 		fields := strings.Fields(line)
-		if len(fields) == 0 || !isKey(keys, fields[0]) {
+		if len(fields) == 0 || !slices.Contains(keys, fields[0]) {
 			continue
 		}
 		if seen[fields[0]] {
@@ -38,13 +39,4 @@ func parseKeyedLines(r io.Reader, what string, keys []string, parse func(key str
 		}
 	}
 	return nil
-}
-
-func isKey(keys []string, s string) bool {
-	for _, k := range keys {
-		if k == s {
-			return true
-		}
-	}
-	return false
 }
