@@ -41,11 +41,11 @@ func newNodeWatch(client kubernetes.Interface, nodeName string) (*nodeWatch, err
 	w := &nodeWatch{name: nodeName, factory: factory, lister: informer.Lister(), synced: informer.Informer().HasSynced,
 		changed: make(chan struct{}, 1)}
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { w.notify() },
+		AddFunc: func(any) { signal(w.changed) },
 		UpdateFunc: func(oldObj, newObj any) {
 			o, n := oldObj.(*corev1.Node), newObj.(*corev1.Node)
 			if !maps.Equal(o.Labels, n.Labels) {
-				w.notify()
+				signal(w.changed)
 			}
 		},
 	}); err != nil {
@@ -56,18 +56,29 @@ func newNodeWatch(client kubernetes.Interface, nodeName string) (*nodeWatch, err
 
 // start starts the informer and waits for its first list.
 func (w *nodeWatch) start(ctx context.Context) error {
-	w.factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	return startInformer(ctx, w.factory, w.synced, "watch node "+w.name)
+}
+
+// informerSyncTimeout bounds the wait for an informer's first list.
+const informerSyncTimeout = time.Minute
+
+// startInformer starts factory's informers and waits, at most
+// informerSyncTimeout, until synced; what names the informer in the error.
+func startInformer(ctx context.Context, factory informers.SharedInformerFactory, synced cache.InformerSynced, what string) error {
+	factory.Start(ctx.Done())
+	syncCtx, cancel := context.WithTimeout(ctx, informerSyncTimeout)
 	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), w.synced) {
-		return fmt.Errorf("watch node %s: cache did not sync", w.name)
+	if !cache.WaitForCacheSync(syncCtx.Done(), synced) {
+		return fmt.Errorf("%s: cache did not sync", what)
 	}
 	return nil
 }
 
-func (w *nodeWatch) notify() {
+// signal wakes whoever waits on ch (buffered, one) without blocking: a
+// signal already pending stands for this one too.
+func signal(ch chan<- struct{}) {
 	select {
-	case w.changed <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }

@@ -66,13 +66,7 @@ func newPodSource(client kubernetes.Interface, nodeName string) (*podSource, err
 
 // start starts the informer and waits for its first list.
 func (s *podSource) start(ctx context.Context) error {
-	s.factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), s.synced) {
-		return fmt.Errorf("watch pods of node %s: cache did not sync", s.node)
-	}
-	return nil
+	return startInformer(ctx, s.factory, s.synced, "watch pods of node "+s.node)
 }
 
 // GetPod implements prepare.PodGetter from the cache. A pod the cache has
@@ -146,10 +140,7 @@ func (s *podSource) arrived(obj any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ch := range s.waiters[pod.Namespace+"/"+pod.Name] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+		signal(ch)
 	}
 }
 

@@ -113,10 +113,7 @@ func (w *pressureWatcher) step(ctx context.Context) {
 		}
 	}
 	if len(changed) > 0 {
-		select {
-		case w.changed <- struct{}{}:
-		default:
-		}
+		signal(w.changed)
 	}
 }
 
