@@ -167,7 +167,13 @@ func (p *Publisher) Offer() int64 {
 	if !p.state.synced || p.state.device == nil {
 		return -1
 	}
-	if q, ok := p.state.device.Capacity[v1alpha1.CapacitySwap]; ok && p.state.reason == "" {
+	return offerOf(p.state.device, p.state.reason)
+}
+
+// offerOf is the swap a device offers: its capacity, 0 when it offers
+// none (reason says why).
+func offerOf(device *resourceapi.Device, reason string) int64 {
+	if q, ok := device.Capacity[v1alpha1.CapacitySwap]; ok && reason == "" {
 		return q.Value.Value()
 	}
 	return 0
@@ -192,11 +198,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		p.mu.Unlock()
 		return false, nil
 	}
-	var offer int64
-	if q, ok := device.Capacity[v1alpha1.CapacitySwap]; ok && reason == "" {
-		offer = q.Value.Value()
-	}
-	p.checkOvercommit(ctx, offer)
+	p.checkOvercommit(ctx, offerOf(device, reason))
 	p.checkKubeletConfig(facts)
 	device.Taints = append(device.Taints, p.taints.list()...)
 	if p.Taints != nil && reason == "" {
