@@ -4,7 +4,8 @@
 // target. Write also syncs the file and the directory, so that this holds
 // across a power loss too; Replace does not, for files that need only
 // outlive the process that writes them (a crashed process leaves the page
-// cache, and so the renamed file, intact).
+// cache, and so the renamed file, intact). ReadFile reads such a file back
+// whole, within a bound.
 package atomicfile
 
 import (
@@ -59,6 +60,24 @@ func write(path string, r io.Reader, perm fs.FileMode, what string, durable bool
 		return nil
 	}
 	return SyncDir(dir)
+}
+
+// ReadFile reads the file at path whole; one larger than max bytes is an
+// error, and no more than max+1 bytes are read.
+func ReadFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, max)
+	}
+	return data, nil
 }
 
 // SyncDir syncs a directory, making a rename or removal in it durable.

@@ -2,6 +2,7 @@ package atomicfile
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,5 +81,39 @@ func TestWriteFailureLeavesTargetAlone(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Errorf("temporary files left behind: %v", entries)
+	}
+}
+
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, content string
+		max           int64
+		wantErr       string
+	}{
+		{name: "within", content: "abc", max: 4},
+		{name: "exactly max", content: "abcd", max: 4},
+		{name: "empty", content: "", max: 4},
+		{name: "larger", content: "abcde", max: 4, wantErr: "larger than 4 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.name)
+			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ReadFile(path, tc.max)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ReadFile = %q, %v; want an error with %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.content {
+				t.Errorf("ReadFile = %q, %v; want %q", got, err, tc.content)
+			}
+		})
+	}
+	if _, err := ReadFile(filepath.Join(dir, "missing"), 4); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadFile of a missing file: %v, want fs.ErrNotExist", err)
 	}
 }

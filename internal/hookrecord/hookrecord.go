@@ -13,12 +13,14 @@
 package hookrecord
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/dra-driver-swap/dra-driver-swap/internal/atomicfile"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 )
 
@@ -78,23 +80,7 @@ func Write(stateDir, containerID string, r Record) error {
 	if err != nil {
 		return fmt.Errorf("encode event record: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("event record in %s: %w", dir, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write event record %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write event record %s: %w", tmp.Name(), err)
-	}
-	final := filepath.Join(dir, containerID+".json")
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		return fmt.Errorf("store event record %s: %w", final, err)
-	}
-	return nil
+	return atomicfile.Replace(filepath.Join(dir, containerID+".json"), bytes.NewReader(data), 0o600, "event record")
 }
 
 // Read decodes the record file at path, of at most MaxBytes. It checks the
@@ -102,20 +88,14 @@ func Write(stateDir, containerID string, r Record) error {
 // for the reader that turns it into an event (internal/podevents).
 func Read(path string) (Record, error) {
 	var r Record
-	f, err := os.Open(path)
+	data, err := atomicfile.ReadFile(path, MaxBytes)
 	if err != nil {
 		return r, err
 	}
-	defer f.Close()
-	data := make([]byte, MaxBytes+1)
-	n, err := f.Read(data)
-	if err != nil && n == 0 {
-		return r, fmt.Errorf("read %s: %w", path, err)
+	if len(data) == 0 {
+		return r, fmt.Errorf("read %s: empty file", path)
 	}
-	if n > MaxBytes {
-		return r, fmt.Errorf("%s is larger than %d bytes", path, MaxBytes)
-	}
-	if err := json.Unmarshal(data[:n], &r); err != nil {
+	if err := json.Unmarshal(data, &r); err != nil {
 		return r, fmt.Errorf("decode %s: %w", path, err)
 	}
 	return r, nil

@@ -20,10 +20,10 @@
 package hookstate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/atomicfile"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
@@ -357,36 +358,10 @@ func write(dir, name string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create hook state %s: %w", dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, name))
+	return atomicfile.Replace(filepath.Join(dir, name), bytes.NewReader(data), 0o600, "hook state")
 }
 
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > maxFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileBytes)
-	}
-	return data, nil
-}
+func readFile(path string) ([]byte, error) { return atomicfile.ReadFile(path, maxFileBytes) }
 
 // Lock takes the state directory's lock exclusively, waiting up to wait
 // while readers hold it (they only read files and write cgroup files, a
