@@ -101,8 +101,10 @@ func TestPodSwapBudget(t *testing.T) {
 	switch {
 	case podPeak.samples == 0:
 		t.Errorf("the pod's swap use could not be read while it ran (%s)", podPeak.what)
-	case podPeak.swap > 200*mi:
+	case podPeak.swap > 200*mi+forcedChargeSlack:
 		t.Errorf("the pod's containers swapped %d bytes together (%s), more than the claim's 200Mi", podPeak.swap, podPeak.what)
+	case podPeak.swap > 200*mi:
+		t.Logf("the pod's peak is %d bytes over the claim's 200Mi (%s): the kernel charged an OOM victim past the limit, within the %d bytes allowed for that", podPeak.swap-200*mi, podPeak.what, forcedChargeSlack)
 	case podPeak.swap < 100*mi:
 		// Each container allocates 150MiB beyond its memory limit: a
 		// peak this low means the watcher saw nothing of it.
@@ -110,6 +112,17 @@ func TestPodSwapBudget(t *testing.T) {
 	}
 	t.Logf("shared 200Mi claim: %d of 2 containers OOM-killed at the pod's budget; the pod's swap peaked at %d bytes (%s)", killed, podPeak.swap, podPeak.what)
 }
+
+// forcedChargeSlack is how far past a limit the kernel itself lets a
+// cgroup's counter go, which the driver cannot prevent: when a charge
+// fails for a task that is being OOM-killed (or for an allocation that
+// must not fail), try_charge_memcg in mm/memcontrol.c force-charges it
+// past memory.max and, on v1, past memory.memsw.limit_in_bytes. One such
+// charge is at most a transparent huge page (2 MiB); CI saw one page
+// (4096 bytes over 200Mi) when both containers hit the budget at once.
+// The limit the driver wrote is checked exactly (podCgroupLimit); this
+// slack applies only to the observed peak.
+const forcedChargeSlack = 2 * mi
 
 // podSwapPeak is the most swap a pod's cgroup was seen to hold.
 type podSwapPeak struct {
