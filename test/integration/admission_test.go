@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -26,7 +27,34 @@ const (
 	chartNamespace = "dra-swap"
 	pluginSA       = "dra-driver-swap-kubeletplugin"
 	controllerSA   = "dra-driver-swap-controller"
+	// chartWebhookConfiguration is the chart's ValidatingWebhookConfiguration.
+	chartWebhookConfiguration = "dra-driver-swap"
+	reservationWebhook        = "reservation.dra.swap"
 )
+
+// chartWebhooks is the chart's ValidatingWebhookConfiguration, rendered
+// with helmArgs (none: its default rendering, deployments/static) and
+// pointed at the controller at base (https://host:port): the tests call
+// the webhooks an admin installs, rules and match conditions included.
+func chartWebhooks(t *testing.T, base string, helmArgs ...string) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	t.Helper()
+	if len(helmArgs) == 0 {
+		c, err := manifest.StaticWebhookConfiguration(staticManifest, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	out, err := runHelm(t, append([]string{"template", "dra-driver-swap", chartDir, "--namespace", chartNamespace, "--show-only", "templates/webhooks.yaml"}, helmArgs...)...)
+	if err != nil {
+		t.Fatalf("helm template %v: %v", helmArgs, err)
+	}
+	c, err := manifest.WebhookConfiguration(out, base)
+	if err != nil {
+		t.Fatalf("helm template %v: %v", helmArgs, err)
+	}
+	return c
+}
 
 // installChartPolicies applies what of the chart's default rendering
 // decides who may write what: its ServiceAccounts, RBAC and

@@ -75,8 +75,10 @@ func freePort(t testing.TB) int {
 
 // controllerSetup is what startController starts, changed by its options.
 type controllerSetup struct {
-	webhooks webhook.Options
-	config   controller.Config
+	// chartValues are the helm arguments (--set …) the chart's webhook
+	// configuration is rendered with; none: its defaults.
+	chartValues []string
+	config      controller.Config
 	// restConfig is the controller's client configuration (the admin's).
 	restConfig func(s *framework.APIServer) *rest.Config
 }
@@ -102,7 +104,6 @@ func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEn
 	// As the helm chart does: the configurations without a caBundle, and
 	// an empty Secret the controller fills.
 	setup := controllerSetup{
-		webhooks:   webhook.DefaultOptions(),
 		restConfig: func(s *framework.APIServer) *rest.Config { return rest.CopyConfig(s.Config) },
 		config: controller.Config{
 			Policy:                  podlabels.Policy{Selection: podlabels.SelectSwapClaims, Allowlist: []string{rackLabel}},
@@ -116,7 +117,7 @@ func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEn
 				SecretNamespace:                 "kube-system",
 				SecretName:                      "dra-swap-controller-webhook-tls",
 				DNSNames:                        []string{"localhost"},
-				ValidatingWebhookConfigurations: []string{webhook.ConfigurationName},
+				ValidatingWebhookConfigurations: []string{chartWebhookConfiguration},
 			},
 			CertCheckInterval: time.Second,
 			MetricsAddress:    "0",
@@ -126,7 +127,7 @@ func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEn
 	for _, o := range opts {
 		o(&setup)
 	}
-	validating := webhook.Configurations(webhook.URLClientConfig(env.webhook), setup.webhooks)
+	validating := chartWebhooks(t, env.webhook, setup.chartValues...)
 	if _, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func startController(t *testing.T, opts ...func(*controllerSetup)) *controllerEn
 			return false, fmt.Errorf("controller stopped: %w", err)
 		default:
 		}
-		v, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+		v, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 		if err != nil || len(v.Webhooks[0].ClientConfig.CABundle) == 0 {
 			return false, nil
 		}
@@ -453,20 +454,20 @@ func TestController(t *testing.T) {
 		env.t = t
 		reservation := func(c *admissionregistrationv1.ValidatingWebhookConfiguration) *admissionregistrationv1.ValidatingWebhook {
 			for i := range c.Webhooks {
-				if c.Webhooks[i].Name == webhook.ReservationWebhook {
+				if c.Webhooks[i].Name == reservationWebhook {
 					return &c.Webhooks[i]
 				}
 			}
-			t.Fatalf("no webhook %s", webhook.ReservationWebhook)
+			t.Fatalf("no webhook %s", reservationWebhook)
 			return nil
 		}
-		validating, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+		validating, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		good := *reservation(validating).ClientConfig.URL
 		setURL := func(url string) {
-			v, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+			v, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -674,7 +675,7 @@ func TestController(t *testing.T) {
 		}
 		waitServed(renewed)
 		// The admin's CA is not injected: the self-managed one stays.
-		m, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+		m, err := env.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -733,7 +734,7 @@ func TestController(t *testing.T) {
 		// What configures the controller is out of alice's reach.
 		forbidden := map[string]error{}
 		_, forbidden["patch a node's labels"] = alice.CoreV1().Nodes().Patch(ctx, "node-a", apitypes.MergePatchType, []byte(`{"metadata":{"labels":{"`+rackLabel+`":"x"}}}`), metav1.PatchOptions{})
-		_, forbidden["change the webhook configuration"] = alice.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhook.ConfigurationName}}, metav1.UpdateOptions{})
+		_, forbidden["change the webhook configuration"] = alice.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: chartWebhookConfiguration}}, metav1.UpdateOptions{})
 		_, forbidden["read the webhook secret"] = alice.CoreV1().Secrets("kube-system").Get(ctx, "dra-swap-controller-webhook-tls", metav1.GetOptions{})
 		_, forbidden["publish a ResourceSlice"] = alice.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 		for what, err := range forbidden {

@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -132,7 +131,7 @@ func TestHungControllerCostsOthersNothing(t *testing.T) {
 	}
 	// The driver's webhooks, as the chart installs them, reaching the hung
 	// controller.
-	validating := webhook.Configurations(webhook.URLClientConfig(hung.url()), webhook.DefaultOptions())
+	validating := chartWebhooks(t, hung.url())
 	if _, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

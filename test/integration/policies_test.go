@@ -26,10 +26,6 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
-// chartWebhooks is the name of the chart's webhook configurations (its
-// fullname with release dra-driver-swap).
-const chartWebhooks = "dra-driver-swap"
-
 // TestControllerUpdatesOnlyCABundle proves, with the controller's real
 // ServiceAccount token against the chart's RBAC, policies and webhook
 // configurations, that the controller's token may change nothing of its
@@ -47,7 +43,7 @@ func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 	controllerClient := tokenClient(t, s, chartNamespace, controllerSA, nil)
 	// The policies take a moment to load: wait until one refuses.
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		c, err := controllerClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhooks, metav1.GetOptions{})
+		c, err := controllerClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -63,14 +59,14 @@ func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 		// pod selection; one of its name, made by someone else, is none of
 		// the controller's business.
 		if _, err := admission.MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
-			ObjectMeta: metav1.ObjectMeta{Name: chartWebhooks},
+			ObjectMeta: metav1.ObjectMeta{Name: chartWebhookConfiguration},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		for _, selection := range []string{"swap-claims", "all"} {
 			applyChart(t, s, kinds, "--set", "controller.podSelection="+selection)
 			time.Sleep(200 * time.Millisecond) // for the authorizer's cache, as grant does
-			m, err := controllerClient.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, chartWebhooks, metav1.GetOptions{})
+			m, err := controllerClient.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 			if !apierrors.IsForbidden(err) {
 				t.Errorf("podSelection %s: the controller reading a MutatingWebhookConfiguration the chart does not render: got %v, want forbidden", selection, err)
 			}
@@ -82,7 +78,7 @@ func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 				}
 			}
 		}
-		if err := admission.MutatingWebhookConfigurations().Delete(ctx, chartWebhooks, metav1.DeleteOptions{}); err != nil {
+		if err := admission.MutatingWebhookConfigurations().Delete(ctx, chartWebhookConfiguration, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -96,7 +92,7 @@ func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 		// configuration with change; a change admitted to no purpose
 		// (restore) is undone, so that each case starts from the chart's.
 		validating := func(change func(*admissionregistrationv1.ValidatingWebhookConfiguration), restore bool) error {
-			c, err := controllerClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhooks, metav1.GetOptions{})
+			c, err := controllerClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("get: %w", err)
 			}
@@ -112,7 +108,7 @@ func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 			return err
 		}
 		mutating := func(change func(*admissionregistrationv1.MutatingWebhookConfiguration), restore bool) error {
-			c, err := controllerClient.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, chartWebhooks, metav1.GetOptions{})
+			c, err := controllerClient.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("get: %w", err)
 			}
@@ -207,7 +203,7 @@ func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 		// The policy holds for a MutatingWebhookConfiguration too, should
 		// the controller's RBAC ever name one.
 		if _, err := admission.MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
-			ObjectMeta: metav1.ObjectMeta{Name: chartWebhooks},
+			ObjectMeta: metav1.ObjectMeta{Name: chartWebhookConfiguration},
 			Webhooks: []admissionregistrationv1.MutatingWebhook{{
 				Name:                    "binding.dra.swap",
 				ClientConfig:            admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: chartNamespace, Name: controllerSA, Path: ptr.To("/x")}},
@@ -220,7 +216,7 @@ func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 			t.Fatal(err)
 		}
 		grant(t, s, "controller-mutating", rbacv1.Subject{Kind: "ServiceAccount", Name: controllerSA, Namespace: chartNamespace},
-			rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{chartWebhooks}, Verbs: []string{"get", "update"}})
+			rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{chartWebhookConfiguration}, Verbs: []string{"get", "update"}})
 		for _, c := range []struct {
 			what   string
 			change func(*admissionregistrationv1.MutatingWebhookConfiguration)
@@ -256,12 +252,12 @@ func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 			t.Errorf("the controller changing caBundle of a MutatingWebhookConfiguration it is granted: %v", err)
 		}
 		// It creates and deletes none (RBAC; the policy too).
-		err := controllerClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, chartWebhooks, metav1.DeleteOptions{})
+		err := controllerClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, chartWebhookConfiguration, metav1.DeleteOptions{})
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("the controller deleting its ValidatingWebhookConfiguration: got %v, want forbidden", err)
 		}
 		// An admin's change is not the policy's business.
-		c, err := admission.ValidatingWebhookConfigurations().Get(ctx, chartWebhooks, metav1.GetOptions{})
+		c, err := admission.ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +279,7 @@ func injectWithToken(t *testing.T, client kubernetes.Interface) {
 		SecretNamespace:                 chartNamespace,
 		SecretName:                      controllerSA + "-webhook-tls",
 		DNSNames:                        []string{controllerSA + "." + chartNamespace + ".svc"},
-		ValidatingWebhookConfigurations: []string{chartWebhooks},
+		ValidatingWebhookConfigurations: []string{chartWebhookConfiguration},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +291,7 @@ func injectWithToken(t *testing.T, client kubernetes.Interface) {
 	}); err != nil {
 		t.Fatalf("the controller's CA injection with its token: %v", last)
 	}
-	v, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhooks, metav1.GetOptions{})
+	v, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -353,14 +353,14 @@ func TestBindingLabelsThroughControllerPatch(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			selector := &metav1.LabelSelector{MatchLabels: map[string]string{"swap-labels": "enabled"}}
 			env := startController(t, func(s *controllerSetup) {
-				s.webhooks.BindingLabels = true
+				s.chartValues = []string{"--set", "controller.podSelection=" + string(mode)}
 				s.config.Policy = podlabels.Policy{Selection: mode}
 				// The webhook certificate Secret the chart lets the
 				// controller create (its -own-secret-only policy).
 				s.config.Cert.SecretNamespace = chartNamespace
 				s.config.Cert.SecretName = controllerSA + "-webhook-tls"
 				if mode == podlabels.SelectNamespaces {
-					s.webhooks.NamespaceSelector = selector
+					s.chartValues = append(s.chartValues, "--set", "controller.namespaceSelector="+metav1.FormatLabelSelector(selector))
 					sel, err := metav1.LabelSelectorAsSelector(selector)
 					if err != nil {
 						t.Fatal(err)

@@ -21,11 +21,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
+	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
 	"github.com/dra-driver-swap/dra-driver-swap/test/noopdriver"
 )
 
@@ -65,6 +65,9 @@ type Cluster struct {
 	controller                           *process
 	controllerMetrics                    string
 	webhookPort, metricsPort, healthPort int
+	// webhookConfiguration is the chart's ValidatingWebhookConfiguration,
+	// whose caBundle the controller keeps.
+	webhookConfiguration string
 }
 
 // nodeName is the name of simulated node i.
@@ -306,7 +309,17 @@ func (c *Cluster) startController(ctx context.Context) error {
 	}
 	c.controllerMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", c.metricsPort)
 	url := fmt.Sprintf("https://localhost:%d", c.webhookPort)
-	validating := webhook.Configurations(webhook.URLClientConfig(url), webhook.DefaultOptions())
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	// The chart's webhooks (its default rendering), pointed at the
+	// controller on loopback.
+	validating, err := manifest.StaticWebhookConfiguration(filepath.Join(root, "deployments", "static", "dra-driver-swap.yaml"), url)
+	if err != nil {
+		return err
+	}
+	c.webhookConfiguration = validating.Name
 	if _, err := c.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the webhook configuration: %w", err)
 	}
@@ -327,6 +340,7 @@ func (c *Cluster) runController(ctx context.Context, qps int) error {
 		"--leader-election-namespace=kube-system",
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(c.webhookPort),
 		"--webhook-dns-names=localhost", "--webhook-secret-namespace=kube-system",
+		"--validating-webhook-configuration=" + c.webhookConfiguration,
 		"--metrics-address=127.0.0.1:" + strconv.Itoa(c.metricsPort),
 		"--health-address=127.0.0.1:" + strconv.Itoa(c.healthPort),
 	}

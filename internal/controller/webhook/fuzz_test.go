@@ -27,8 +27,9 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
-// fuzzKinds are the objects the webhook configurations send (see
-// Configurations): FuzzHandlers picks one by index.
+// fuzzKinds are the objects the chart's webhook configurations send
+// (deployments/helm/dra-driver-swap/templates/webhooks.yaml): FuzzHandlers
+// picks one by index.
 var fuzzKinds = []struct {
 	kind        metav1.GroupVersionKind
 	resource    metav1.GroupVersionResource
