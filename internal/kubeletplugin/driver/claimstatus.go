@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
@@ -109,7 +110,7 @@ type claimStatuses struct {
 	driver  string
 	node    string
 	metrics *Metrics
-	now     func() time.Time
+	clock   clock.PassiveClock
 	// delay is how long a prepared claim waits for its first write
 	// (preparedStatusDelay).
 	delay time.Duration
@@ -126,7 +127,7 @@ const preparedStatusDelay = 2 * time.Second
 
 func newClaimStatuses(client kubernetes.Interface, driver, node string, metrics *Metrics) *claimStatuses {
 	return &claimStatuses{
-		client: client, driver: driver, node: node, metrics: metrics, now: time.Now, delay: preparedStatusDelay,
+		client: client, driver: driver, node: node, metrics: metrics, clock: clock.RealClock{}, delay: preparedStatusDelay,
 		claims: map[types.UID]*claimState{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "claim-status"}),
@@ -253,7 +254,7 @@ func (s *claimStatuses) applyConfiguration(st *claimState) (*resourceapply.Resou
 		key := r.Result.Pool + "/" + r.Result.Device + "/" + string(shareOf(r))
 		cond := s.condition(st, r)
 		if since, ok := st.since[key]; !ok || since.IsZero() || st.last[key] != cond.status {
-			st.since[key] = metav1.NewTime(s.now().Truncate(time.Second))
+			st.since[key] = metav1.NewTime(s.clock.Now().Truncate(time.Second))
 			st.last[key] = cond.status
 		}
 		d := resourceapply.AllocatedDeviceStatus().WithDriver(s.driver).WithPool(r.Result.Pool).WithDevice(r.Result.Device).

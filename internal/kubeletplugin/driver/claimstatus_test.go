@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
@@ -27,9 +28,9 @@ import (
 // False for admin access; its transition time moves only when its status
 // does.
 func TestClaimStatusConditions(t *testing.T) {
-	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	s := newClaimStatuses(nil, "dra.swap", "node-a", NewMetrics())
-	s.now = func() time.Time { return now }
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
+	s.clock = clk
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
 	result := func(request string, admin bool) prepare.ResultReport {
 		r := prepare.ResultReport{Result: resourceapi.DeviceRequestAllocationResult{Request: request, Driver: "dra.swap", Pool: "node-a", Device: "swap",
@@ -65,14 +66,14 @@ func TestClaimStatusConditions(t *testing.T) {
 		}
 	}
 	check("Unknown Prepared: prepared on node node-a; waiting for container a, b to start @12:00:00", "False AdminAccess")
-	now = now.Add(time.Minute)
+	clk.SetTime(clk.Now().Add(time.Minute))
 	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
 	check("Unknown Prepared: prepared on node node-a; waiting for container b to start @12:00:00")
 	// Another pod's container with the claim changes nothing.
 	s.reported(hookrecord.Record{Namespace: "ns", Pod: "other", Container: "b", Error: "refused", Claims: []string{"claim-uid"}})
 	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "b", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
 	check("True Applied: swap limit applied on node node-a to container a (100Mi), b (100Mi) @12:01:00")
-	now = now.Add(time.Minute)
+	clk.SetTime(clk.Now().Add(time.Minute))
 	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "b", Error: "container ns/p/b has no memory limit", Claims: []string{"claim-uid"}})
 	check("False NotApplied: not applied to container b: container ns/p/b has no memory limit @12:02:00")
 	s.unprepared([]types.UID{"claim-uid"})

@@ -233,10 +233,5 @@ func (m *Metrics) setNode(offered, total, used int64) {
 
 func (m *Metrics) setKubeletConfigReadable(readable bool) { m.kubeletConfigOK.Set(boolValue(readable)) }
 
-func (m *Metrics) setNRI(connected bool) {
-	v := 0.0
-	if connected {
-		v = 1
-	}
-	m.nri.Set(v)
-}
+// NRIConnected sets dra_swap_nri_connected (nri.Observer).
+func (m *Metrics) NRIConnected(connected bool) { m.nri.Set(boolValue(connected)) }

@@ -219,7 +219,7 @@ func (p *Plugin) buildLimits(recorder events.EventRecorder) {
 	}
 	if cfg.NRISocket != "" {
 		p.nri = &nri.Plugin{SocketPath: cfg.NRISocket, HookPath: cfg.HookPath, StateDir: cfg.HookStateDir,
-			CgroupVersion: p.facts.CgroupVersion, Verifier: p.verifier, Changed: p.metrics.setNRI,
+			CgroupVersion: p.facts.CgroupVersion, Verifier: p.verifier, Observer: p.metrics,
 			LockPath: filepath.Join(cfg.PluginDataDir, "nri.lock")}
 	}
 	p.emitter = &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder, Reported: p.statuses.reported,

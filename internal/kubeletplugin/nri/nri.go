@@ -57,6 +57,12 @@ type Verifier interface {
 	CheckAll(ctx context.Context, trigger string, minAge time.Duration) (limitcheck.Summary, error)
 }
 
+// Observer is told when the runtime registers the plugin or drops it
+// (the plugin's metrics).
+type Observer interface {
+	NRIConnected(connected bool)
+}
+
 // Plugin is the NRI plugin.
 type Plugin struct {
 	// SocketPath is the runtime's NRI socket (api.DefaultSocketPath).
@@ -71,8 +77,8 @@ type Plugin struct {
 	Verifier      Verifier
 	// Retry is how long Run waits before connecting again (5s).
 	Retry time.Duration
-	// Changed, if set, is told when the registration comes or goes.
-	Changed func(connected bool)
+	// Observer, if set, is told when the registration comes or goes.
+	Observer Observer
 	// LockPath, if set, is a file that every plugin instance on the node
 	// locks (flock) before it registers: during a rolling update the old
 	// and the new instance run together, and two NRI plugins setting the
@@ -98,8 +104,8 @@ func (p *Plugin) Status() string {
 func (p *Plugin) setStatus(connected bool, format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
 	p.status.Store(&s)
-	if p.connected.Swap(connected) != connected && p.Changed != nil {
-		p.Changed(connected)
+	if p.connected.Swap(connected) != connected && p.Observer != nil {
+		p.Observer.NRIConnected(connected)
 	}
 }
 

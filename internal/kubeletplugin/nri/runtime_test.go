@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,24 @@ type fakeVerifier struct {
 	mu     sync.Mutex
 	checks []string
 	all    []string
+}
+
+// transitions records what the plugin tells its Observer.
+type transitions struct {
+	mu  sync.Mutex
+	got []bool
+}
+
+func (o *transitions) NRIConnected(connected bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, connected)
+}
+
+func (o *transitions) seen() []bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.got)
 }
 
 func (f *fakeVerifier) Check(_ context.Context, id, trigger string) (limitcheck.Outcome, error) {
@@ -91,7 +110,8 @@ func TestWithTheRuntimeSide(t *testing.T) {
 
 	ver := &fakeVerifier{}
 	lock := filepath.Join(dir, "nri.lock")
-	p := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: ver, Retry: 50 * time.Millisecond, LockPath: lock}
+	observer := &transitions{}
+	p := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: ver, Retry: 50 * time.Millisecond, LockPath: lock, Observer: observer}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(ctx) }()
@@ -167,6 +187,11 @@ func TestWithTheRuntimeSide(t *testing.T) {
 	cancel()
 	<-done
 	stopped = true
+	// The observer (the plugin's dra_swap_nri_connected gauge) heard of
+	// the registration and of its end, once each.
+	if got := observer.seen(); !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("the observer was told %v, want [true false]", got)
+	}
 	waitFor("the second instance registers once the first stopped", second.Connected)
 	created, err = runtime.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: container(128*mi, applyHook(uidA, "1048576"))})
 	if err != nil {
