@@ -386,7 +386,9 @@ func TestTwoNodesUpgradeUnderLoad(t *testing.T) {
 	// At most 60 pods: the rollout on the emulated node takes a minute or
 	// two, and it starts a pod in some 10 s.
 	const maxProbes = 60
-	probe := int64(48 * mi)
+	// Each node gets maxProbes/2 of them: offer/maxProbes each is half
+	// its offer in all (whole MiB, at most the 48Mi this test used).
+	probe := 48 * mi
 	for _, node := range []string{n.host, n.guest} {
 		probe = min(probe, n.offerOn(t, node)/maxProbes/mi*mi)
 	}

@@ -25,24 +25,6 @@ type fakeVerifier struct {
 	all    []string
 }
 
-// transitions records what the plugin tells its Observer.
-type transitions struct {
-	mu  sync.Mutex
-	got []bool
-}
-
-func (o *transitions) NRIConnected(connected bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.got = append(o.got, connected)
-}
-
-func (o *transitions) seen() []bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return slices.Clone(o.got)
-}
-
 func (f *fakeVerifier) Check(_ context.Context, id, trigger string) (limitcheck.Outcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -61,6 +43,24 @@ func (f *fakeVerifier) seen() ([]string, []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.checks...), append([]string(nil), f.all...)
+}
+
+// transitions records what the plugin tells its Observer.
+type transitions struct {
+	mu  sync.Mutex
+	got []bool
+}
+
+func (o *transitions) NRIConnected(connected bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, connected)
+}
+
+func (o *transitions) seen() []bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.got)
 }
 
 // TestWithTheRuntimeSide runs the plugin against NRI's own runtime side
