@@ -74,6 +74,10 @@ type Config struct {
 	// no pressure taints).
 	Pressure         pressure.Config
 	PressureInterval time.Duration
+	// NodePressureFile is the node's memory PSI file as the plugin sees it
+	// (the chart: /proc/pressure/memory, the plugin's own procfs, which
+	// shows the kernel's system-wide PSI); empty: under the host root.
+	NodePressureFile string
 	// ClaimUsageMetrics exports the swap in use per prepared claim, one
 	// series per claim (refreshed every VerifyInterval).
 	ClaimUsageMetrics bool
@@ -102,6 +106,9 @@ func (c *Config) Validate() error {
 		if err := c.Pressure.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("pressure taints: %w", err))
 		}
+	}
+	if c.NodePressureFile != "" && !filepath.IsAbs(c.NodePressureFile) {
+		errs = append(errs, fmt.Errorf("node pressure file %q must be an absolute path", c.NodePressureFile))
 	}
 	if c.NRISocket != "" && !filepath.IsAbs(c.NRISocket) {
 		errs = append(errs, fmt.Errorf("NRI socket %q must be an absolute path", c.NRISocket))
@@ -244,11 +251,11 @@ func (p *Plugin) buildPublisher(ctx context.Context, recorder events.EventRecord
 		return
 	}
 	root := rootOf(cfg.Discovery)
-	source := pressure.Source{Root: root, CgroupV2KubepodsPath: kubepodsCgroup(root, p.facts.CgroupVersion)}
+	source := pressure.Source{Root: root, NodePressureFile: cfg.NodePressureFile, CgroupV2KubepodsPath: kubepodsCgroup(root, p.facts.CgroupVersion)}
 	p.pressure = newPressureWatcher(source, monitor, p.metrics, reporter, clock.RealClock{})
 	p.publisher.Taints = p.pressure
 	klog.FromContext(ctx).Info("Watching memory pressure and swap use for the device's taints", "interval", cfg.PressureInterval,
-		"kubepodsCgroup", source.CgroupV2KubepodsPath, "config", cfg.Pressure)
+		"nodePressureFile", source.NodePressureFile, "kubepodsCgroup", source.CgroupV2KubepodsPath, "config", cfg.Pressure)
 }
 
 // preparedNode is what prepare reads of the node (prepare.Node): the
