@@ -1,8 +1,8 @@
 // Package controller keeps pod and node labels in step with what the
 // kubelet plugins publish: a pod reconciler that copies topology and swap
 // labels onto selected pods (covering pods the binding webhook missed and
-// node changes), and a node reconciler for the KEP-5425 swap-behavior
-// label. It reads through a controller-runtime cache and decides nothing
+// node changes), and a node reconciler for the swap-behavior label (the
+// key KEP-5425 proposed). It reads through a controller-runtime cache and decides nothing
 // itself: internal/podlabels does.
 package controller
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,18 @@ func TestPressureTaints(t *testing.T) {
 	ns := c.namespace(t)
 	c.setPluginValues(t, pressureValues...)
 	t.Cleanup(func() { c.setPluginValues(t, "kubeletPlugin.pressure.interval=0s") })
+	// The chart mounts no /proc/pressure: the plugin reads the node's PSI
+	// in its own procfs, which shows the kernel's system-wide PSI.
+	if _, err := os.Stat("/proc/pressure/memory"); err == nil {
+		var psi float64
+		err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, cluster.Scaled(30*time.Second), true, func(context.Context) (bool, error) {
+			psi = c.pluginCounter(t, "dra_swap_psi_available", "")
+			return psi == 1, nil
+		})
+		if err != nil {
+			t.Errorf("the node has /proc/pressure/memory, but the plugin exports dra_swap_psi_available %v", psi)
+		}
+	}
 	c.swapTemplate(t, ns, "swap-700", "", 700*mi)
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
 	tolerating := cluster.SwapTemplate(ns, "swap-64-tolerating", "", 64*mi)

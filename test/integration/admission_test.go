@@ -336,7 +336,7 @@ func TestAdmissionPolicies(t *testing.T) {
 	})
 
 	t.Run("the controller changes only the labels it owns", func(t *testing.T) {
-		controllerClient := tokenClient(t, s, chartNamespace, controllerSA, nil)
+		controllerClient := podTokenClient(t, s, "controller-a", controllerSA, "node-a")
 		pod, err := s.Client.CoreV1().Pods(chartNamespace).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "workload", Labels: map[string]string{"app": "web"}},
 			Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}}},

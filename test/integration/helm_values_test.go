@@ -397,3 +397,86 @@ func TestChartReuseValues(t *testing.T) {
 		t.Errorf("with 0.1.0's values the chart renders %q, with its defaults %q", got, want)
 	}
 }
+
+// TestChartRefusesRunTimeFailures: settings that would render and then
+// fail at run time fail at `helm install` (helm template here) with a
+// message that names the setting and the fix, and their valid neighbours
+// render: podSelection namespaces without a selector (the controller
+// exits), a pressure clear value at or above its threshold (the plugin
+// refuses to start), TLS mode secret without caBundle (the API server
+// cannot verify the webhooks), and a PodDisruptionBudget that keeps every
+// controller replica (every node drain that reaches one blocks).
+func TestChartRefusesRunTimeFailures(t *testing.T) {
+	secret := "controller.webhook.tls.mode=secret,controller.webhook.tls.secretName=webhook-cert"
+	for _, c := range []struct {
+		set  string
+		want string // "" renders
+		json bool   // --set-json: --set makes 12.5 a string, which the schema refuses
+	}{
+		{set: "controller.podSelection=namespaces", want: "controller.podSelection namespaces needs controller.namespaceSelector"},
+		{set: "controller.podSelection=namespaces,controller.namespaceSelector=  ", want: "controller.podSelection namespaces needs controller.namespaceSelector"},
+		{set: "controller.podSelection=namespaces,controller.namespaceSelector=swap-labels=enabled"},
+		{set: "kubeletPlugin.pressure.someClear=30", want: "kubeletPlugin.pressure.someClear 30 must be below kubeletPlugin.pressure.someThreshold 30"},
+		{set: "kubeletPlugin.pressure.fullClear=12.5", want: "kubeletPlugin.pressure.fullClear 12.5 must be below kubeletPlugin.pressure.fullThreshold 10", json: true},
+		{set: "kubeletPlugin.pressure.swapFullClearPercent=95", want: "kubeletPlugin.pressure.swapFullClearPercent 95 must be below kubeletPlugin.pressure.swapFullPercent 90"},
+		{set: "kubeletPlugin.pressure.someClear=29.9", json: true},
+		// The plugin validates the thresholds only while it samples.
+		{set: "kubeletPlugin.pressure.someClear=30,kubeletPlugin.pressure.interval=0s"},
+		{set: secret, want: "controller.webhook.tls.mode secret needs controller.webhook.tls.caBundle"},
+		{set: secret + ",controller.webhook.tls.caBundle=Q0EK"},
+		{set: "controller.replicas=1", want: "controller.podDisruptionBudget.minAvailable 1 with controller.replicas 1 lets no controller pod be evicted"},
+		{set: "controller.replicas=3,controller.podDisruptionBudget.minAvailable=3", want: "minAvailable 3 with controller.replicas 3"},
+		{set: "controller.replicas=2,controller.podDisruptionBudget.minAvailable=100%", want: "minAvailable 100% with controller.replicas 2"},
+		{set: "controller.replicas=2,controller.podDisruptionBudget.minAvailable=51%", want: "minAvailable 51% with controller.replicas 2"},
+		{set: "controller.replicas=2,controller.podDisruptionBudget.minAvailable=50%"},
+		{set: "controller.replicas=1,controller.podDisruptionBudget.enabled=false"},
+		{set: "controller.replicas=0"},
+	} {
+		flag := "--set"
+		if c.json {
+			flag = "--set-json"
+		}
+		out, err := runHelm(t, "template", "x", chartDir, flag, c.set)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("--set %s: %v, want it rendered", c.set, err)
+		case c.want == "":
+		case err == nil:
+			t.Errorf("--set %s: rendered (%d bytes), want an error saying %q", c.set, len(out), c.want)
+		case !strings.Contains(err.Error(), c.want):
+			t.Errorf("--set %s: error %q does not say %q", c.set, err, c.want)
+		default:
+			t.Logf("--set %s: %v", c.set, err)
+		}
+	}
+}
+
+// TestChartLinuxOnly: the plugin's DaemonSet tolerates every taint, so
+// without a node selector it would land on Windows nodes; it, the
+// controller and the uninstall hook select kubernetes.io/os linux, and a
+// nodeSelector value is merged over it.
+func TestChartLinuxOnly(t *testing.T) {
+	linux := map[string]string{corev1.LabelOSStable: "linux"}
+	r := renderChart(t, "dra-swap")
+	jobs := r.kind("Job")
+	if len(jobs) != 1 {
+		t.Fatalf("%d Jobs, want the uninstall hook", len(jobs))
+	}
+	job, _, _ := unstructured.NestedStringMap(jobs[0].Object, "spec", "template", "spec", "nodeSelector")
+	for what, got := range map[string]map[string]string{
+		"DaemonSet":  r.daemonSet.Spec.Template.Spec.NodeSelector,
+		"Deployment": r.deployment.Spec.Template.Spec.NodeSelector,
+		"Job":        job,
+	} {
+		if !maps.Equal(got, linux) {
+			t.Errorf("%s nodeSelector %v, want %v", what, got, linux)
+		}
+	}
+	r = renderChart(t, "dra-swap", "--values", "testdata/values-custom.yaml", "--set", "controller.nodeSelector.pool=system")
+	if got, want := r.daemonSet.Spec.Template.Spec.NodeSelector, map[string]string{corev1.LabelOSStable: "linux", "swap.example.com/enabled": "true"}; !maps.Equal(got, want) {
+		t.Errorf("DaemonSet nodeSelector %v, want %v", got, want)
+	}
+	if got, want := r.deployment.Spec.Template.Spec.NodeSelector, map[string]string{corev1.LabelOSStable: "linux", "pool": "system"}; !maps.Equal(got, want) {
+		t.Errorf("Deployment nodeSelector %v, want %v", got, want)
+	}
+}

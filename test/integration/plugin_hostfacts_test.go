@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 )
 
 // TestPluginWithoutKubeletConfig: a plugin pointed at a kubelet
@@ -44,6 +46,32 @@ func TestPluginWithoutKubeletConfig(t *testing.T) {
 	waitForSlice(t, ctx, client, "swapBehavior is LimitedSwap", behavior(v1alpha1.SwapBehaviorLimitedSwap))
 	waitForNodeEvent(t, ctx, client, driver.ReasonKubeletConfigRead, "swapBehavior LimitedSwap")
 	waitForMetric(t, ctx, metricsPort, "dra_swap_kubelet_config_readable 1\n")
+}
+
+// TestPluginWithoutPSI: on a kernel with PSI off at boot (no
+// /proc/pressure, as where CONFIG_PSI_DEFAULT_DISABLED=y kernels boot
+// without psi=1) the plugin starts with its pressure taints on, publishes
+// the node's swap, stores a PSIUnavailable event on the Node saying how to
+// turn PSI on, and exports dra_swap_psi_available 0.
+func TestPluginWithoutPSI(t *testing.T) {
+	metricsPort := freePort(t)
+	ctx, client, h, _ := runPlugin(t, func(c *driver.Config) {
+		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
+		c.Pressure, c.PressureInterval = pressure.DefaultConfig(), 100*time.Millisecond
+		// Where the chart points it: the plugin's own procfs, here a
+		// directory without PSI.
+		c.NodePressureFile = filepath.Join(t.TempDir(), "proc", "pressure", "memory")
+	})
+	h.write("proc/meminfo", "MemTotal: 4000000 kB\nSwapTotal: 2097152 kB\nSwapFree: 2097152 kB\n")
+	waitForSlice(t, ctx, client, "the node's 2Gi of swap offered", func(d *resourceapi.Device) bool {
+		if d == nil {
+			return false
+		}
+		q, ok := d.Capacity[v1alpha1.CapacitySwap]
+		return ok && q.Value.Value() == 2*gi
+	})
+	waitForNodeEvent(t, ctx, client, driver.ReasonPSIUnavailable, "psi=1")
+	waitForMetric(t, ctx, metricsPort, "dra_swap_psi_available 0\n")
 }
 
 // TestPluginSwapFileMedium: a swap file the plugin cannot see (as in its

@@ -40,7 +40,7 @@ func TestControllerUpdatesOnlyCABundle(t *testing.T) {
 	kinds["ValidatingWebhookConfiguration"] = true
 	admission := s.Client.AdmissionregistrationV1()
 	applyChart(t, s, kinds)
-	controllerClient := tokenClient(t, s, chartNamespace, controllerSA, nil)
+	controllerClient := podTokenClient(t, s, "controller-a", controllerSA, "node-a")
 	// The policies take a moment to load: wait until one refuses.
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		c, err := controllerClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})

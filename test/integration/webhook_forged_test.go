@@ -305,11 +305,23 @@ func TestForgedWebhookReviews(t *testing.T) {
 }
 
 // tokenConfig is a client configuration with a token of the
-// ServiceAccount.
+// ServiceAccount bound to a pod of it, as the kubelet mounts one: a pod
+// made for the purpose (unscheduled, so that no controller acts on it).
 func tokenConfig(t *testing.T, s *framework.APIServer, namespace, sa string) *rest.Config {
 	t.Helper()
-	tr, err := s.Client.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), sa,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	ctx := context.Background()
+	pod, err := s.Client.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: sa + "-"},
+		Spec: corev1.PodSpec{ServiceAccountName: sa,
+			Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/dra-driver-swap:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := s.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To[int64](3600),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,9 @@ const (
 
 // Node and pod label and annotation keys the controller sets.
 const (
-	// LabelSwapBehavior is the KEP-5425 node label, also copied onto pods.
+	// LabelSwapBehavior is the node label KEP-5425 proposed (closed
+	// unmerged; docs/usage.md says why the key stays), also copied onto
+	// pods.
 	LabelSwapBehavior = "node.kubernetes.io/swap-behavior"
 	// LabelCapacity is the swap a node offers, in binary units ("4Gi").
 	LabelCapacity = DriverName + "/capacity"

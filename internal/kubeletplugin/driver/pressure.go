@@ -12,13 +12,22 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 )
 
-// Event reasons on the Node for the pressure taints.
+// Event reasons on the Node for the pressure taints, and for the pressure
+// stall information (PSI) they need: ReasonPSIUnavailable when no PSI
+// source can be read (at the first sample too), ReasonPSIAvailable when
+// one can again.
 const (
 	ReasonPressureTainted = "SwapPressureTainted"
 	ReasonPressureCleared = "SwapPressureCleared"
+	ReasonPSIUnavailable  = "PSIUnavailable"
+	ReasonPSIAvailable    = "PSIAvailable"
+	// actionReadPSI is the PSI events' action.
+	actionReadPSI = "ReadPSI"
 )
 
 // pressureWatcher samples the node's memory pressure and swap use and
@@ -35,6 +44,9 @@ type pressureWatcher struct {
 	changed chan struct{}
 	// psiProblem is the last reason PSI was missing, logged once.
 	psiProblem string
+	// psiOff is whether the Node was last told that no PSI source can be
+	// read (false, available, before the first sample).
+	psiOff bool
 }
 
 var _ TaintSource = (*pressureWatcher)(nil)
@@ -100,6 +112,7 @@ func (w *pressureWatcher) step(ctx context.Context) {
 		logger.Info("No pressure stall information: memory-pressure taints are off, swap-full taints stay on", "problem", sample.PSIProblem)
 	}
 	w.psiProblem = sample.PSIProblem
+	w.checkPSI(sample)
 	changed := w.monitor.Observe(w.clock.Now(), sample)
 	w.metrics.setPressure(w.monitor.Figures(), w.monitor.Active())
 	for _, tr := range changed {
@@ -115,6 +128,26 @@ func (w *pressureWatcher) step(ctx context.Context) {
 	if len(changed) > 0 {
 		signal(w.changed)
 	}
+}
+
+// checkPSI tells the Node when no PSI source can be read and when one can
+// again: once per change, not on every sample; PSI from the start is the
+// normal case, worth no event.
+func (w *pressureWatcher) checkPSI(sample pressure.Sample) {
+	off := !sample.PSIAvailable
+	if off == w.psiOff {
+		return
+	}
+	w.psiOff = off
+	if off {
+		w.events.NodeEvent(corev1.EventTypeWarning, ReasonPSIUnavailable, actionReadPSI, eventmsg.Note(
+			"No memory pressure stall information (PSI) on this node, so its swap device never gets the %s taint; %s still works: %s. "+
+				"Kernels built with CONFIG_PSI_DEFAULT_DISABLED=y (RHEL's, for one) turn PSI on with the boot parameter psi=1",
+			v1alpha1.TaintMemoryPressure, v1alpha1.TaintSwapFull, sample.PSIProblem))
+		return
+	}
+	w.events.NodeEvent(corev1.EventTypeNormal, ReasonPSIAvailable, actionReadPSI,
+		"Memory pressure stall information (PSI) is readable again: the "+v1alpha1.TaintMemoryPressure+" taint works")
 }
 
 // run samples every interval until ctx ends.

@@ -116,13 +116,61 @@ func TestPressureWatcher(t *testing.T) {
 	if len(w.Taints()) != 0 || kicks != 2 || len(events) != 4 || events[3].reason != ReasonPressureCleared {
 		t.Fatalf("taints %v, kicks %d, events %+v after clearing", w.Taints(), kicks, events)
 	}
-	// A kernel without PSI: swap-full still works, and the metric says so.
+	// A kernel without PSI: swap-full still works, and the metric and one
+	// Node event say so.
 	for _, dir := range []string{"proc/pressure", "sys/fs/cgroup/kubepods.slice"} {
 		if err := os.RemoveAll(filepath.Join(root, dir)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	step(time.Second)
+	step(time.Second)
+	if page := scrapeHandler(t, metrics); !strings.Contains(page, "dra_swap_psi_available 0") {
+		t.Errorf("metrics do not say PSI is unavailable")
+	}
+	events = reporter.events[4:]
+	if len(events) != 1 || events[0].reason != ReasonPSIUnavailable || events[0].eventType != "Warning" || events[0].action != "ReadPSI" ||
+		!strings.Contains(events[0].message, "psi=1") || !strings.Contains(events[0].message, "/proc/pressure/memory does not exist") {
+		t.Fatalf("events %+v, want one PSIUnavailable saying why and psi=1", events)
+	}
+	write("proc/pressure/memory", psi("0.10", "0.00"))
+	step(time.Second)
+	step(time.Second)
+	events = reporter.events[5:]
+	if len(events) != 1 || events[0].reason != ReasonPSIAvailable || events[0].eventType != "Normal" {
+		t.Fatalf("events %+v, want one PSIAvailable", events)
+	}
+	if page := scrapeHandler(t, metrics); !strings.Contains(page, "dra_swap_psi_available 1") {
+		t.Errorf("metrics do not say PSI is available again")
+	}
+}
+
+// On a kernel with PSI off at boot from the first sample, the Node is told
+// at once, and told nothing more while it stays off.
+func TestPressureWatcherWithoutPSI(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "proc", "meminfo"), []byte("SwapTotal: 1048576 kB\nSwapFree: 1048576 kB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	monitor, err := pressure.NewMonitor(pressure.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reporter := &eventRecorder{}
+	metrics := NewMetrics()
+	own := filepath.Join(t.TempDir(), "proc", "pressure", "memory") // the plugin's own /proc, without PSI
+	w := newPressureWatcher(pressure.Source{Root: root, NodePressureFile: own}, monitor, metrics, reporter,
+		clocktesting.NewFakePassiveClock(time.Now()))
+	for range 3 {
+		w.step(ctx)
+	}
+	if len(reporter.events) != 1 || reporter.events[0].reason != ReasonPSIUnavailable || !strings.Contains(reporter.events[0].message, own+" does not exist") {
+		t.Errorf("events %+v, want one PSIUnavailable naming %s", reporter.events, own)
+	}
 	if page := scrapeHandler(t, metrics); !strings.Contains(page, "dra_swap_psi_available 0") {
 		t.Errorf("metrics do not say PSI is unavailable")
 	}

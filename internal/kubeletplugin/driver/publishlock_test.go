@@ -81,6 +81,14 @@ func TestPublisherKeepsPublishedTaints(t *testing.T) {
 		}
 	}
 	meminfo(85) // between the clear (80%) and set (90%) thresholds
+	// PSI, quiet.
+	if err := os.MkdirAll(filepath.Join(root, "proc", "pressure"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "proc", "pressure", "memory"),
+		[]byte("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cfg := pressure.DefaultConfig()
 	cfg.SetAfter, cfg.ClearAfter = 10*time.Second, 20*time.Second
 	monitor, err := pressure.NewMonitor(cfg)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,6 +74,10 @@ type Config struct {
 	// no pressure taints).
 	Pressure         pressure.Config
 	PressureInterval time.Duration
+	// NodePressureFile is the node's memory PSI file as the plugin sees it
+	// (the chart: /proc/pressure/memory, the plugin's own procfs, which
+	// shows the kernel's system-wide PSI); empty: under the host root.
+	NodePressureFile string
 	// ClaimUsageMetrics exports the swap in use per prepared claim, one
 	// series per claim (refreshed every VerifyInterval).
 	ClaimUsageMetrics bool
@@ -101,6 +106,9 @@ func (c *Config) Validate() error {
 		if err := c.Pressure.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("pressure taints: %w", err))
 		}
+	}
+	if c.NodePressureFile != "" && !filepath.IsAbs(c.NodePressureFile) {
+		errs = append(errs, fmt.Errorf("node pressure file %q must be an absolute path", c.NodePressureFile))
 	}
 	if c.NRISocket != "" && !filepath.IsAbs(c.NRISocket) {
 		errs = append(errs, fmt.Errorf("NRI socket %q must be an absolute path", c.NRISocket))
@@ -243,11 +251,11 @@ func (p *Plugin) buildPublisher(ctx context.Context, recorder events.EventRecord
 		return
 	}
 	root := rootOf(cfg.Discovery)
-	source := pressure.Source{Root: root, CgroupV2KubepodsPath: kubepodsCgroup(root, p.facts.CgroupVersion)}
+	source := pressure.Source{Root: root, NodePressureFile: cfg.NodePressureFile, CgroupV2KubepodsPath: kubepodsCgroup(root, p.facts.CgroupVersion)}
 	p.pressure = newPressureWatcher(source, monitor, p.metrics, reporter, clock.RealClock{})
 	p.publisher.Taints = p.pressure
 	klog.FromContext(ctx).Info("Watching memory pressure and swap use for the device's taints", "interval", cfg.PressureInterval,
-		"kubepodsCgroup", source.CgroupV2KubepodsPath, "config", cfg.Pressure)
+		"nodePressureFile", source.NodePressureFile, "kubepodsCgroup", source.CgroupV2KubepodsPath, "config", cfg.Pressure)
 }
 
 // preparedNode is what prepare reads of the node (prepare.Node): the
@@ -349,6 +357,9 @@ func (p *Plugin) startUp(ctx context.Context) error {
 	if err := p.installHook(ctx); err != nil {
 		return err
 	}
+	if err := privateDir(ctx, p.cfg.HookStateDir); err != nil {
+		return err
+	}
 	for _, dir := range []string{p.cfg.PluginDataDir, p.cfg.CDIDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return fmt.Errorf("create %s: %w", dir, err)
@@ -385,6 +396,35 @@ func (p *Plugin) installHook(ctx context.Context) error {
 		logger.Info("Hook installed", "from", p.cfg.InstallHookFrom, "to", dst)
 	} else {
 		logger.Info("Hook already installed, identical", "from", p.cfg.InstallHookFrom, "to", dst)
+	}
+	return nil
+}
+
+// privateDir makes dir, the hook state directory, a directory that only
+// its owner, this process's user (root on a node), may enter: created 0700
+// when missing, and set to 0700 when it has another mode (the kubelet
+// creates a hostPath directory 0755). Whoever could write there could
+// forge the records that the hook, the verifier and the NRI plugin trust.
+// A symlink, a non-directory or another owner is an error.
+func privateDir(ctx context.Context, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create hook state directory %s: %w", dir, err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("hook state directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("hook state directory %s is not a directory (%s)", dir, fi.Mode().Type())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("hook state directory %s belongs to uid %d, not to this process's uid %d", dir, st.Uid, os.Geteuid())
+	}
+	if mode := fi.Mode().Perm() | fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky); mode != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("make hook state directory %s private: %w", dir, err)
+		}
+		klog.FromContext(ctx).Info("Hook state directory made private", "path", dir, "mode", fmt.Sprintf("%#o", mode), "newMode", "0700")
 	}
 	return nil
 }

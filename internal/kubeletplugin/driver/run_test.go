@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -103,5 +104,88 @@ func TestNewTouchesNothing(t *testing.T) {
 	}
 	if p.nri == nil || p.pressure == nil || p.usage == nil || p.publisher.Taints == nil {
 		t.Errorf("components missing: nri %v, pressure %v, usage %v", p.nri != nil, p.pressure != nil, p.usage != nil)
+	}
+}
+
+// Run's start-up leaves the hook state directory 0700 whatever mode it
+// found it with (the kubelet creates a hostPath directory 0755), and
+// refuses one that is not a directory.
+func TestStartUpMakesHookStateDirPrivate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, dir string)
+		wantErr string
+	}{
+		{name: "missing", prepare: func(*testing.T, string) {}},
+		{name: "made by the kubelet", prepare: func(t *testing.T, dir string) { mkdir(t, dir, 0o755) }},
+		{name: "group-writable and sticky", prepare: func(t *testing.T, dir string) { mkdir(t, dir, 0o770|os.ModeSticky) }},
+		{name: "already private", prepare: func(t *testing.T, dir string) { mkdir(t, dir, 0o700) }},
+		{name: "a file", prepare: func(t *testing.T, dir string) {
+			mkdir(t, filepath.Dir(dir), 0o755)
+			if err := os.WriteFile(dir, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: "not a directory"},
+		{name: "a symlink", prepare: func(t *testing.T, dir string) {
+			target := filepath.Join(t.TempDir(), "elsewhere")
+			mkdir(t, target, 0o777)
+			mkdir(t, filepath.Dir(dir), 0o755)
+			if err := os.Symlink(target, dir); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: "is not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			dir := t.TempDir()
+			cfg := Config{
+				DriverName: "dra.swap", NodeName: "node-a",
+				Discovery:      discovery.Options{Root: testHost(t), KubeletConfigPath: "/var/lib/kubelet/config.yaml"},
+				Policy:         swapdevice.Policy{OvercommitRatio: 1, DefaultRequestBytes: 1 << 30},
+				RescanInterval: time.Second, VerifyInterval: time.Second,
+				CDIDir: filepath.Join(dir, "cdi"), HookPath: "/opt/dra-swap/bin/dra-swap-hook",
+				HookStateDir:  filepath.Join(dir, "run", "hook"),
+				PluginDataDir: filepath.Join(dir, "plugins", "dra.swap"),
+				RegistrarDir:  filepath.Join(dir, "plugins_registry"),
+			}
+			tc.prepare(t, cfg.HookStateDir)
+			p, err := New(ctx, cfg, fake.NewClientset())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.broadcaster.Shutdown()
+			defer p.statuses.queue.ShutDown()
+			err = p.startUp(ctx)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("start-up: %v, want an error saying %q", err, tc.wantErr)
+				}
+				logger.Info("Refused", "err", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Lstat(cfg.HookStateDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode := fi.Mode() & (os.ModePerm | os.ModeSticky | os.ModeSetuid | os.ModeSetgid | os.ModeDir); mode != os.ModeDir|0o700 {
+				t.Errorf("hook state directory mode %v, want %v", mode, os.ModeDir|0o700)
+			}
+		})
+	}
+}
+
+func mkdir(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Chmod, not the umask-filtered mode of mkdir(2).
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -25,6 +25,13 @@ type Source struct {
 	// Root is the host's root filesystem ("/" in production, a temp dir
 	// in tests). Empty means "/".
 	Root string
+	// NodePressureFile is the node's memory PSI file as this process sees
+	// it; empty means /proc/pressure/memory under Root. The kernel keeps
+	// one system-wide /proc/pressure, the same in every procfs mount
+	// whatever its PID namespace, so a pod can read it from its own /proc
+	// (and needs no host mount of a directory that does not exist where
+	// PSI is off).
+	NodePressureFile string
 	// CgroupV2KubepodsPath is the kubelet's pod cgroup relative to
 	// /sys/fs/cgroup ("kubepods.slice" with the systemd cgroup driver,
 	// "kubepods" with cgroupfs). Its memory.pressure is read besides the
@@ -90,8 +97,11 @@ func (s Source) read(ctx context.Context, readFile readFileFunc) (Sample, error)
 	if err := ctx.Err(); err != nil {
 		return Sample{}, err
 	}
-	nodePath := hostPath(s.Root, nodePressurePath)
-	psi, problem, err := readPSI(readFile, nodePath, "kernel built without CONFIG_PSI, or PSI disabled at boot")
+	nodePath := s.NodePressureFile
+	if nodePath == "" {
+		nodePath = hostPath(s.Root, nodePressurePath)
+	}
+	psi, problem, err := readPSI(readFile, nodePath, "kernel built without CONFIG_PSI, or PSI off at boot: psi=0, or CONFIG_PSI_DEFAULT_DISABLED=y without psi=1")
 	if err != nil {
 		return Sample{}, fmt.Errorf("read node memory pressure: %w", err)
 	}

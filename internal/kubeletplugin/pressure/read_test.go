@@ -71,6 +71,7 @@ func TestSourceRead(t *testing.T) {
 		name         string
 		files        map[string]string
 		kubepods     string
+		nodeFile     string // NodePressureFile under the temp root; "" leaves it unset
 		want         Sample
 		wantProblems []string // substrings of PSIProblem; none means empty
 		wantErr      string   // substring of the error; "" means success
@@ -114,6 +115,20 @@ func TestSourceRead(t *testing.T) {
 			wantProblems: []string{"/proc/pressure/memory does not exist"},
 		},
 		{
+			name:     "node PSI from the process's own /proc",
+			files:    with("/own/proc/pressure/memory", nodePSIFile),
+			nodeFile: "/own/proc/pressure/memory",
+			want:     Sample{Memory: &nodePSI, SwapTotal: swapTotal, SwapUsed: swapUsed, PSIAvailable: true},
+		},
+		{
+			// The host root's file is not read when NodePressureFile is set.
+			name:         "no PSI in the process's own /proc",
+			files:        healthy(),
+			nodeFile:     "/own/proc/pressure/memory",
+			want:         Sample{SwapTotal: swapTotal, SwapUsed: swapUsed},
+			wantProblems: []string{"/own/proc/pressure/memory does not exist (kernel built without CONFIG_PSI, or PSI off at boot: psi=0, or CONFIG_PSI_DEFAULT_DISABLED=y without psi=1)"},
+		},
+		{
 			name:  "no swap",
 			files: with(meminfoPath, "SwapTotal: 0 kB\nSwapFree: 0 kB\n"),
 			want:  Sample{Memory: &nodePSI, PSIAvailable: true},
@@ -155,7 +170,11 @@ func TestSourceRead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := writeHost(t, tt.files)
-			got, err := Source{Root: root, CgroupV2KubepodsPath: tt.kubepods}.Read(t.Context())
+			src := Source{Root: root, CgroupV2KubepodsPath: tt.kubepods}
+			if tt.nodeFile != "" {
+				src.NodePressureFile = filepath.Join(root, tt.nodeFile)
+			}
+			got, err := src.Read(t.Context())
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Read() = %+v, %v; want error containing %q", got, err, tt.wantErr)

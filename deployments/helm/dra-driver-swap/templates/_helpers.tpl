@@ -42,6 +42,45 @@ the old values, without the new defaults) renders as with the defaults. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* Settings that render but would fail at run time fail here, at helm
+install, saying what to change (controller.yaml includes this once; it
+renders nothing). */}}
+{{- define "dra-swap.validate" -}}
+{{- $c := .Values.controller -}}
+{{- if and (eq $c.podSelection "namespaces") (not (trim ($c.namespaceSelector | default ""))) -}}
+{{- fail "controller.podSelection namespaces needs controller.namespaceSelector, a label selector of the namespaces whose pods get labels (e.g. swap-labels=enabled): without one the controller refuses to start" -}}
+{{- end -}}
+{{- $tls := $c.webhook.tls -}}
+{{- if and (eq $tls.mode "secret") (not $tls.caBundle) -}}
+{{- fail "controller.webhook.tls.mode secret needs controller.webhook.tls.caBundle, the base64 PEM of the CA that signed the Secret's certificate: without it the API server cannot verify the webhooks, and every claim with SwapConfig is refused" -}}
+{{- end -}}
+{{- $pdb := $c.podDisruptionBudget -}}
+{{- $replicas := int $c.replicas -}}
+{{- if and $pdb.enabled (gt $replicas 0) -}}
+{{- $min := $pdb.minAvailable -}}
+{{- $blocks := false -}}
+{{- if and (kindIs "string" $min) (hasSuffix "%" $min) -}}
+{{- /* A percentage rounds up: it keeps every replica when p × replicas > 100 × (replicas − 1). */ -}}
+{{- $blocks = gt (mul (int (trimSuffix "%" $min)) $replicas) (mul 100 (sub $replicas 1)) -}}
+{{- else -}}
+{{- $blocks = ge (int $min) $replicas -}}
+{{- end -}}
+{{- if $blocks -}}
+{{- fail (printf "controller.podDisruptionBudget.minAvailable %v with controller.replicas %d lets no controller pod be evicted, so every node drain that reaches one blocks: set controller.replicas above minAvailable (the default is 2 replicas, minAvailable 1), lower minAvailable, or set controller.podDisruptionBudget.enabled=false" $min $replicas) -}}
+{{- end -}}
+{{- end -}}
+{{- $p := .Values.kubeletPlugin.pressure -}}
+{{- if not (regexMatch "^(0+(\\.0+)?(ns|us|µs|ms|s|m|h))+$" $p.interval) -}}
+{{- range $pair := list (list "someThreshold" "someClear") (list "fullThreshold" "fullClear") (list "swapFullPercent" "swapFullClearPercent") -}}
+{{- $set := index $p (first $pair) -}}
+{{- $clear := index $p (last $pair) -}}
+{{- if ge (float64 $clear) (float64 $set) -}}
+{{- fail (printf "kubeletPlugin.pressure.%s %v must be below kubeletPlugin.pressure.%s %v (a taint is set at its threshold and cleared below its clear value): the plugin refuses to start otherwise" (last $pair) $clear (first $pair) $set) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The driver's name: fixed, the DeviceClass selectors and the
 admission policy match it. */}}
 {{- define "dra-swap.driver" -}}dra.swap{{- end -}}
