@@ -401,6 +401,34 @@ func (e *controllerEnv) setWebhookURLs(ctx context.Context, urls map[string]stri
 	return func() { set(old) }
 }
 
+// swapExtendedResource is the extended resource the dra.swap class backs
+// without naming one (DRAExtendedResource's implicit name).
+const swapExtendedResource = resourceapi.ResourceDeviceClassPrefix + "dra.swap"
+
+// waitForEvent polls until the pod has an event (events.k8s.io/v1, as
+// the controller records them) of reason whose note contains text.
+func (e *controllerEnv) waitForEvent(ctx context.Context, pod *corev1.Pod, reason, text string) {
+	e.t.Helper()
+	var seen []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := e.client.EventsV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + pod.Name})
+		if err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, ev := range list.Items {
+			seen = append(seen, ev.Reason+": "+ev.Note)
+			if ev.Reason == reason && ev.Regarding.UID == pod.UID && strings.Contains(ev.Note, text) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		e.t.Fatalf("pod %s: no %s event containing %q: %v; events %q", pod.Name, reason, text, err, seen)
+	}
+}
+
 // warnings collects the API server's warning headers.
 type warnings struct {
 	mu   sync.Mutex
@@ -516,6 +544,79 @@ func TestController(t *testing.T) {
 		}
 		took := env.waitForPodLabels(ctx, bound, topology("zone-a", "node-a", "LimitedSwap"), 2*time.Second)
 		t.Logf("reconciler labeled the pod %v after binding", took.Round(time.Millisecond))
+	})
+
+	t.Run("a pod that asks for swap as an extended resource is explained, labeled at its claim's reservation and kept labeled", func(t *testing.T) {
+		env.t = t
+		extended := func(name string, devices string) *corev1.Pod {
+			pod, err := env.client.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1", Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceName(swapExtendedResource): resource.MustParse(devices)}}}}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pod
+		}
+		// Pending: no node has two swap devices; the scheduler has made no
+		// claim yet, so the explainer reads the pod's request.
+		waits := extended("extended-waits", "2")
+		waits.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: "0/2 nodes are available: 2 cannot allocate all claims."}}
+		if _, err := env.client.CoreV1().Pods(tenant).UpdateStatus(ctx, waits, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		env.waitForEvent(ctx, waits, controller.ReasonSwapUnavailable,
+			"Swap extended resource "+swapExtendedResource+": 2 (each node has one swap device, so only 1 can be allocated) cannot be allocated on any node now: node node-a: ")
+		if err := env.client.CoreV1().Pods(tenant).Delete(ctx, waits.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+
+		// Scheduled, as the scheduler's PreBind does it: the claim is
+		// created, allocated and reserved, then named in the pod's status,
+		// then the pod is bound.
+		pod := extended("extended", "1")
+		claim, err := env.client.ResourceV1().ResourceClaims(tenant).Create(ctx, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: pod.Name + "-extended-resources-",
+				Annotations:     map[string]string{resourceapi.ExtendedResourceClaimAnnotation: "true"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}}},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "container-0-request-0",
+				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "dra.swap", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "container-0-request-0", Driver: "dra.swap", Pool: "node-a", Device: v1alpha1.DeviceName,
+			ShareID:          ptr.To(apitypes.UID("a1b2c3d4-0000-4000-8000-000000000002")),
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse("1Gi")},
+		}}}}
+		claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+		if _, err := env.client.ResourceV1().ResourceClaims(tenant).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := topology("zone-a", "node-a", "LimitedSwap")
+		reserved, err := env.client.CoreV1().Pods(tenant).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hasLabels(reserved.Labels, want) {
+			t.Errorf("labels after the reservation of the pod's extended-resource claim: %v, want %s", reserved.Labels, show(want))
+		}
+		reserved.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: claim.Name,
+			RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: "app", ResourceName: swapExtendedResource, RequestName: "container-0-request-0"}}}
+		if _, err := env.client.CoreV1().Pods(tenant).UpdateStatus(ctx, reserved, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		bound := env.bind(ctx, reserved, "node-a")
+		// The reconciler keeps them: a label removed comes back.
+		if _, err := env.client.CoreV1().Pods(tenant).Patch(ctx, bound.Name, apitypes.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+podlabels.Hostname+`":null}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		took := env.waitForPodLabels(ctx, bound, want, 5*time.Second)
+		t.Logf("the reconciler restored the labels of the pod with an extended-resource claim in %v", took.Round(time.Millisecond))
 	})
 
 	t.Run("node label changes reach the pods", func(t *testing.T) {
