@@ -179,7 +179,7 @@ func TestTrimPodKeepsExtendedResources(t *testing.T) {
 		if got := podlabels.ExtendedResources(p); !reflect.DeepEqual(got, want) {
 			t.Errorf("node %q: the trimmed pod's extended resources %+v, want %+v", node, got, want)
 		}
-		if p.Status.ExtendedResourceClaimStatus.RequestMappings != nil {
+		if s := p.Status.ExtendedResourceClaimStatus; s != nil && s.RequestMappings != nil {
 			t.Errorf("node %q: the trimmed pod keeps the request mappings", node)
 		}
 	}
