@@ -2,11 +2,13 @@ package controller
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
 // CacheOptions trim what the cache keeps of pods and nodes to the fields
@@ -28,7 +30,7 @@ func trimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	return &corev1.Pod{
+	out := &corev1.Pod{
 		TypeMeta:   pod.TypeMeta,
 		ObjectMeta: trimMeta(pod.ObjectMeta, v1alpha1.AnnotationManagedLabels),
 		Spec: corev1.PodSpec{
@@ -41,7 +43,30 @@ func trimPod(obj any) (any, error) {
 			ResourceClaimStatuses: pod.Status.ResourceClaimStatuses,
 			Conditions:            scheduledCondition(pod.Status.Conditions),
 		},
-	}, nil
+	}
+	if e := pod.Status.ExtendedResourceClaimStatus; e != nil {
+		out.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: e.ResourceClaimName}
+	}
+	if pod.Spec.NodeName == "" {
+		out.Spec.Containers = extendedRequests(pod)
+	}
+	return out, nil
+}
+
+// extendedRequests keeps, for an unbound pod, the extended resources it
+// requests (podlabels.ExtendedResources), as one container's requests:
+// the pending explainer and the reservation labeler read them; a bound
+// pod's claim is named in its status.
+func extendedRequests(pod *corev1.Pod) []corev1.Container {
+	ext := podlabels.ExtendedResources(pod)
+	if len(ext) == 0 {
+		return nil
+	}
+	requests := make(corev1.ResourceList, len(ext))
+	for _, e := range ext {
+		requests[e.Name] = *resource.NewQuantity(e.Quantity, resource.DecimalSI)
+	}
+	return []corev1.Container{{Resources: corev1.ResourceRequirements{Requests: requests}}}
 }
 
 // scheduledCondition keeps the PodScheduled condition of an unbound pod

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -32,7 +33,8 @@ const ReasonSwapUnavailable = "SwapUnavailable"
 const pendingRecheck = 5 * time.Second
 
 // PendingExplainer tells a pod that the scheduler cannot place because of
-// its swap claim why no node's swap device can take it.
+// its swap claim, or its swap asked for as an extended resource, why no
+// node's swap device can take it.
 type PendingExplainer struct {
 	Client   client.Reader
 	Recorder events.EventRecorder
@@ -49,8 +51,8 @@ type toldPod struct {
 }
 
 // Bounds of the SwapUnavailable event's note, which must fit in
-// eventmsg.NoteLimit bytes: the claims named take at most
-// pendingClaimsBytes, the nodes the rest.
+// eventmsg.NoteLimit bytes: the claims and extended resources named take
+// at most pendingClaimsBytes, the nodes the rest.
 const (
 	pendingClaimsNamed = 3
 	pendingClaimsBytes = 256
@@ -71,15 +73,22 @@ func (e *PendingExplainer) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, nil
 	}
 	claims, err := e.waitingSwapClaims(ctx, pod)
-	if err != nil || len(claims) == 0 {
-		e.forget(req.NamespacedName)
+	if err != nil {
 		return reconcile.Result{}, err
+	}
+	resources, err := e.waitingSwapResources(ctx, pod)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(claims) == 0 && len(resources) == 0 {
+		e.forget(req.NamespacedName)
+		return reconcile.Result{}, nil
 	}
 	nodes, err := e.explain(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	msg := unavailable(claims, nodes)
+	msg := unavailable(claims, resources, nodes)
 	e.mu.Lock()
 	if e.told == nil {
 		e.told = map[types.NamespacedName]toldPod{}
@@ -99,11 +108,22 @@ func (e *PendingExplainer) forget(pod types.NamespacedName) {
 	delete(e.told, pod)
 }
 
-// unavailable is the SwapUnavailable note: the claims and the nodes'
-// descriptions, the first few of each and the count of the rest, within
-// eventmsg.NoteLimit bytes.
-func unavailable(claims, nodes []string) string {
-	head := "Swap claim " + eventmsg.List(claims, ", ", pendingClaimsNamed, pendingClaimsBytes) + " cannot be allocated on any node now: "
+// unavailable is the SwapUnavailable note: the claims, the extended
+// resources and the nodes' descriptions, the first few of each and the
+// count of the rest, within eventmsg.NoteLimit bytes.
+func unavailable(claims, resources, nodes []string) string {
+	budget := pendingClaimsBytes
+	if len(claims) > 0 && len(resources) > 0 {
+		budget /= 2
+	}
+	var what []string
+	if len(claims) > 0 {
+		what = append(what, "claim "+eventmsg.List(claims, ", ", pendingClaimsNamed, budget))
+	}
+	if len(resources) > 0 {
+		what = append(what, "extended resource "+eventmsg.List(resources, ", ", pendingClaimsNamed, budget))
+	}
+	head := "Swap " + strings.Join(what, " and ") + " cannot be allocated on any node now: "
 	if len(nodes) == 0 {
 		return eventmsg.Truncate(head+"no node runs the dra.swap kubelet plugin", eventmsg.NoteLimit)
 	}
@@ -139,18 +159,84 @@ func (e *PendingExplainer) waitingSwapClaims(ctx context.Context, pod *corev1.Po
 		if claim.Status.Allocation != nil {
 			continue
 		}
-		for _, class := range requestedClasses(claim) {
-			swap, err := e.isSwapClass(ctx, class)
+		for _, className := range requestedClasses(claim) {
+			class, err := e.class(ctx, className)
 			if err != nil {
 				return nil, err
 			}
-			if swap {
+			if class != nil && isSwapClass(class) {
 				out = append(out, name)
 				break
 			}
 		}
 	}
 	return out, nil
+}
+
+// waitingSwapResources are the extended resources the pod requests that
+// a swap class backs, while no claim for them exists yet: the scheduler
+// creates the pod's extended-resource claim only once it has found a node
+// (then waitingSwapClaims sees it). A quantity above one says why it
+// never fits: the allocator gives a node's one swap device once per
+// request.
+func (e *PendingExplainer) waitingSwapResources(ctx context.Context, pod *corev1.Pod) ([]string, error) {
+	ext := podlabels.ExtendedResources(pod)
+	if len(ext) == 0 {
+		return nil, nil
+	}
+	if s := pod.Status.ExtendedResourceClaimStatus; s != nil && s.ResourceClaimName != "" {
+		return nil, nil
+	}
+	var out []string
+	for _, r := range ext {
+		class, err := e.backingClass(ctx, r.Name)
+		if err != nil {
+			return nil, err
+		}
+		if class == nil || !isSwapClass(class) {
+			continue
+		}
+		item := string(r.Name)
+		if r.Quantity > 1 {
+			item += fmt.Sprintf(": %d (each node has one swap device, so only 1 can be allocated)", r.Quantity)
+		}
+		out = append(out, item)
+	}
+	return out, nil
+}
+
+// backingClass is the DeviceClass that backs an extended resource, as the
+// scheduler picks it (k8s.io/dynamic-resource-allocation's
+// extendedresourcecache): deviceclass.resource.kubernetes.io/<class>, or
+// the class naming it in spec.extendedResourceName (the newest, then the
+// first by name, when several do); nil when none does.
+func (e *PendingExplainer) backingClass(ctx context.Context, name corev1.ResourceName) (*resourceapi.DeviceClass, error) {
+	if className, ok := strings.CutPrefix(string(name), resourceapi.ResourceDeviceClassPrefix); ok {
+		class := &resourceapi.DeviceClass{}
+		switch err := e.Client.Get(ctx, types.NamespacedName{Name: className}, class); {
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, fmt.Errorf("get DeviceClass %s: %w", className, err)
+		}
+		return class, nil
+	}
+	list := &resourceapi.DeviceClassList{}
+	if err := e.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("list DeviceClasses: %w", err)
+	}
+	var picked *resourceapi.DeviceClass
+	for i := range list.Items {
+		c := &list.Items[i]
+		if c.Spec.ExtendedResourceName == nil || *c.Spec.ExtendedResourceName != string(name) {
+			continue
+		}
+		if picked == nil || c.CreationTimestamp.After(picked.CreationTimestamp.Time) ||
+			c.CreationTimestamp.Equal(&picked.CreationTimestamp) && c.Name < picked.Name {
+			picked = c
+		}
+	}
+	return picked, nil
 }
 
 func requestedClasses(claim *resourceapi.ResourceClaim) []string {
@@ -166,21 +252,26 @@ func requestedClasses(claim *resourceapi.ResourceClaim) []string {
 	return out
 }
 
-// isSwapClass: a class whose selectors name the driver.
-func (e *PendingExplainer) isSwapClass(ctx context.Context, name string) (bool, error) {
+// class reads a DeviceClass; nil when there is none of that name.
+func (e *PendingExplainer) class(ctx context.Context, name string) (*resourceapi.DeviceClass, error) {
 	class := &resourceapi.DeviceClass{}
 	switch err := e.Client.Get(ctx, types.NamespacedName{Name: name}, class); {
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, err
+		return nil, err
 	}
+	return class, nil
+}
+
+// isSwapClass: a class whose selectors name the driver.
+func isSwapClass(class *resourceapi.DeviceClass) bool {
 	for _, s := range class.Spec.Selectors {
 		if s.CEL != nil && strings.Contains(s.CEL.Expression, `"`+v1alpha1.DriverName+`"`) {
-			return true, nil
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // explain describes every node's swap device, its taints or its offer,

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -187,6 +189,85 @@ func TestPendingExplainerBoundsTheEvent(t *testing.T) {
 				if !strings.Contains(note, want) {
 					t.Errorf("the note lacks %q: %s", want, note)
 				}
+			}
+		})
+	}
+}
+
+// TestPendingExplainerExtendedResources: a pod that asks for swap as an
+// extended resource has no claim while it waits (the scheduler makes one
+// only once it found a node); the explainer reads the request and the
+// class that backs it, as the scheduler maps it.
+func TestPendingExplainerExtendedResources(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	classNamed := func(name, resourceName, driver string, created time.Time) *resourceapi.DeviceClass {
+		c := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}}}}
+		if resourceName != "" {
+			c.Spec.ExtendedResourceName = ptr.To(resourceName)
+		}
+		return c
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	objs := []client.Object{
+		swapClass(), swapClaim("swap"), swapSlice("node-a", "NoSwap", "1Gi"),
+		classNamed("gpu.example.com", "", "gpu.example.com", t0),
+		classNamed("swap-named", "example.com/swap", "dra.swap", t0),
+		// Two classes name example.com/moved: the scheduler takes the newer.
+		classNamed("moved-old", "example.com/moved", "dra.swap", t0),
+		classNamed("moved-new", "example.com/moved", "gpu.example.com", t0.Add(time.Hour)),
+		classNamed("back-old", "example.com/back", "gpu.example.com", t0),
+		classNamed("back-new", "example.com/back", "dra.swap", t0.Add(time.Hour)),
+	}
+	const implicit = "deviceclass.resource.kubernetes.io/dra.swap"
+	for _, tc := range []struct {
+		name     string
+		requests map[string]string
+		claims   []string
+		status   string // the pod's extended-resource claim, named in its status
+		want     string // "": no event
+	}{
+		{name: "the class's implicit name", requests: map[string]string{implicit: "1"},
+			want: "Swap extended resource " + implicit + " cannot be allocated on any node now: node node-a: offers 1Gi"},
+		{name: "more devices than a node has", requests: map[string]string{implicit: "2"},
+			want: "Swap extended resource " + implicit + ": 2 (each node has one swap device, so only 1 can be allocated) cannot be allocated"},
+		{name: "a name the swap class gives", requests: map[string]string{"example.com/swap": "1"},
+			want: "Swap extended resource example.com/swap cannot be allocated"},
+		{name: "the newer class that names it is a swap class", requests: map[string]string{"example.com/back": "1"},
+			want: "Swap extended resource example.com/back cannot be allocated"},
+		{name: "the newer class that names it is another driver's", requests: map[string]string{"example.com/moved": "1"}},
+		{name: "another driver's class", requests: map[string]string{"deviceclass.resource.kubernetes.io/gpu.example.com": "1"}},
+		{name: "no class backs it", requests: map[string]string{"example.com/unbacked": "1"}},
+		{name: "a claim and an extended resource", requests: map[string]string{implicit: "1"}, claims: []string{"swap"},
+			want: "Swap claim swap and extended resource " + implicit + " cannot be allocated"},
+		{name: "its claim exists: the claim is explained", requests: map[string]string{implicit: "1"}, status: "swap",
+			want: "Swap claim swap cannot be allocated"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := pendingSwapPod("waits", "uid-waits", tc.claims...)
+			limits := corev1.ResourceList{}
+			for name, q := range tc.requests {
+				limits[corev1.ResourceName(name)] = resource.MustParse(q)
+			}
+			pod.Spec.Containers = []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Limits: limits}}}
+			if tc.status != "" {
+				pod.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: tc.status}
+			}
+			trimmed, err := trimPod(pod) // what the cache holds
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newClient(append(objs, trimmed.(*corev1.Pod))...)
+			rec := &fakeRecorder{}
+			e := &PendingExplainer{Client: c, Recorder: rec}
+			if _, err := e.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "waits"}}); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.want == "" && len(rec.events) > 0:
+				t.Errorf("events %+v, want none", rec.events)
+			case tc.want != "" && (len(rec.events) != 1 || !strings.Contains(rec.events[0].note, tc.want)):
+				t.Errorf("events %+v, want one containing %q", rec.events, tc.want)
 			}
 		})
 	}

@@ -243,7 +243,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	err = ctrl.NewControllerManagedBy(mgr).Named("pending-swap").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			p := o.(*corev1.Pod)
-			return p.Spec.NodeName == "" && len(p.Spec.ResourceClaims) > 0
+			return p.Spec.NodeName == "" && (len(p.Spec.ResourceClaims) > 0 || len(podlabels.ExtendedResources(p)) > 0)
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(&PendingExplainer{Client: c, Recorder: mgr.GetEventRecorder("dra-swap-controller")})

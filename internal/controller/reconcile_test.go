@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +64,10 @@ func TestPodReconciler(t *testing.T) {
 		{name: "removes a label it set that the node lost", pod: withClaim("b", map[string]string{podlabels.Region: "gone", "app": "x"}, map[string]string{v1alpha1.AnnotationManagedLabels: podlabels.Region}, corev1.PodRunning),
 			want: map[string]string{podlabels.Region: "", "app": "x", podlabels.Zone: "z1"}},
 		{name: "leaves a finished pod alone", pod: withClaim("c", nil, nil, corev1.PodSucceeded), want: map[string]string{podlabels.Zone: ""}},
+		{name: "labels a pod whose swap is an extended resource", pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "ns"},
+			Spec:   corev1.PodSpec{NodeName: "n1"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ExtendedResourceClaimStatus: &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "c"}}},
+			want: map[string]string{podlabels.Zone: "z1", podlabels.Hostname: "n1", v1alpha1.LabelSwapBehavior: "NoSwap"}},
 		{name: "leaves a pod without a claim alone", pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "ns"}, Spec: corev1.PodSpec{NodeName: "n1"}},
 			want: map[string]string{podlabels.Zone: ""}},
 	}
@@ -139,5 +144,43 @@ func TestTrimPod(t *testing.T) {
 	p := out.(*corev1.Pod)
 	if p.Spec.NodeName != "n1" || len(p.Spec.Containers) != 0 || len(p.ManagedFields) != 0 || len(p.Annotations) != 1 || p.Labels["a"] != "b" {
 		t.Errorf("trimmed pod %+v", p)
+	}
+}
+
+// TestTrimPodKeepsExtendedResources: the cache keeps the name of a pod's
+// extended-resource claim and, while the pod is unbound, the extended
+// resources it requests (the pending explainer and the reservation
+// labeler read them).
+func TestTrimPodKeepsExtendedResources(t *testing.T) {
+	swap := corev1.ResourceName("deviceclass.resource.kubernetes.io/dra.swap")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "a", Image: "i", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{swap: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}},
+			{Name: "b", Image: "i", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{swap: resource.MustParse("2")}}},
+		}},
+		Status: corev1.PodStatus{ExtendedResourceClaimStatus: &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "p-extended-resources-x",
+			RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: "a", ResourceName: string(swap), RequestName: "container-0-request-0"}}}},
+	}
+	for _, node := range []string{"", "n1"} {
+		pod.Spec.NodeName = node
+		out, err := trimPod(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := out.(*corev1.Pod)
+		if got := podlabels.ClaimNames(p); len(got) != 1 || got[0] != "p-extended-resources-x" {
+			t.Errorf("node %q: the trimmed pod's claims %v, want its extended-resource claim", node, got)
+		}
+		want := []podlabels.ExtendedResource{{Name: swap, Quantity: 2}}
+		if node != "" {
+			want = []podlabels.ExtendedResource{}
+		}
+		if got := podlabels.ExtendedResources(p); !reflect.DeepEqual(got, want) {
+			t.Errorf("node %q: the trimmed pod's extended resources %+v, want %+v", node, got, want)
+		}
+		if s := p.Status.ExtendedResourceClaimStatus; s != nil && s.RequestMappings != nil {
+			t.Errorf("node %q: the trimmed pod keeps the request mappings", node)
+		}
 	}
 }

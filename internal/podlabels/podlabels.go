@@ -333,8 +333,9 @@ func (c NodeChange) MergePatch() ([]byte, error) {
 }
 
 // ClaimNames are the names of the ResourceClaims a pod uses: those it
-// names and those generated from its templates (once the pod's status
-// says so). Claims whose names are not known yet are left out.
+// names, those generated from its templates, and the one the scheduler
+// made for its extended resources backed by DRA (each once the pod's
+// status says so). Claims whose names are not known yet are left out.
 func ClaimNames(pod *corev1.Pod) []string {
 	var names []string
 	for i := range pod.Spec.ResourceClaims {
@@ -343,7 +344,86 @@ func ClaimNames(pod *corev1.Pod) []string {
 			names = append(names, *name)
 		}
 	}
+	if e := pod.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" && !slices.Contains(names, e.ResourceClaimName) {
+		names = append(names, e.ResourceClaimName)
+	}
 	return names
+}
+
+// UsesClaim reports whether the pod uses the claim: one of ClaimNames, or
+// the claim the scheduler creates for the pod's extended resources backed
+// by DRA, which it allocates and reserves before it writes the claim's
+// name into the pod's status. The scheduler finds that claim as this does
+// (k8s.io/kubernetes' dynamicresources plugin, findExtendedResourceClaim):
+// annotated resourceapi.ExtendedResourceClaimAnnotation "true" and
+// controlled by the pod (name and UID); the pod must also request an
+// extended resource, so a claim of a namespace's user cannot make a pod
+// that asks for none its own.
+func UsesClaim(pod *corev1.Pod, claim *resourceapi.ResourceClaim) bool {
+	if pod.Namespace != claim.Namespace {
+		return false
+	}
+	if slices.Contains(ClaimNames(pod), claim.Name) {
+		return true
+	}
+	if claim.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" || len(ExtendedResources(pod)) == 0 {
+		return false
+	}
+	if e := pod.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
+		return false // the pod's status names its claim, another one
+	}
+	for _, ref := range claim.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller && ref.APIVersion == "v1" && ref.Kind == "Pod" && ref.Name == pod.Name && ref.UID == pod.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// ExtendedResources are the extended resources that the pod's containers
+// (init containers included) request with a non-zero quantity and that a
+// DeviceClass may back (the scheduler's IsDRAExtendedResourceName: a
+// name outside the kubernetes.io namespace, or deviceclass.resource.kubernetes.io/<class>),
+// with the largest quantity any one container requests, sorted by name.
+// Limits count as requests (the API server defaults an extended
+// resource's request to its limit).
+func ExtendedResources(pod *corev1.Pod) []ExtendedResource {
+	largest := map[corev1.ResourceName]int64{}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			for _, rl := range []corev1.ResourceList{list[i].Resources.Requests, list[i].Resources.Limits} {
+				for name, q := range rl {
+					if v := q.Value(); v > 0 && IsDRAExtendedResourceName(name) {
+						largest[name] = max(largest[name], v)
+					}
+				}
+			}
+		}
+	}
+	out := make([]ExtendedResource, 0, len(largest))
+	for _, name := range slices.Sorted(maps.Keys(largest)) {
+		out = append(out, ExtendedResource{Name: name, Quantity: largest[name]})
+	}
+	return out
+}
+
+// ExtendedResource is an extended resource a pod requests: its name and
+// the largest quantity one container asks for.
+type ExtendedResource struct {
+	Name     corev1.ResourceName
+	Quantity int64
+}
+
+// IsDRAExtendedResourceName reports whether a DeviceClass can back the
+// resource: a name with a domain outside kubernetes.io (an extended
+// resource; a class names it in spec.extendedResourceName), or the
+// implicit deviceclass.resource.kubernetes.io/<class>.
+func IsDRAExtendedResourceName(name corev1.ResourceName) bool {
+	n := string(name)
+	if strings.HasPrefix(n, resourceapi.ResourceDeviceClassPrefix) {
+		return true
+	}
+	return strings.Contains(n, "/") && !strings.Contains(n, corev1.ResourceDefaultNamespacePrefix) && !strings.HasPrefix(n, corev1.DefaultResourceRequestsPrefix)
 }
 
 // HasSwapDevice reports whether a claim has a dra.swap device allocated.

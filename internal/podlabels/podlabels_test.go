@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
@@ -325,6 +326,11 @@ func TestClaims(t *testing.T) {
 	if got := ClaimNames(pod); !reflect.DeepEqual(got, []string{"shared", "p-tmpl-x"}) {
 		t.Errorf("ClaimNames = %v", got)
 	}
+	// The claim the scheduler made for the pod's extended resources.
+	pod.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "p-extended-resources-y"}
+	if got := ClaimNames(pod); !reflect.DeepEqual(got, []string{"shared", "p-tmpl-x", "p-extended-resources-y"}) {
+		t.Errorf("ClaimNames with an extended-resource claim = %v", got)
+	}
 	alloc := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Driver: "gpu.example.com"}, {Driver: v1alpha1.DriverName}}},
 	}}}
@@ -337,6 +343,86 @@ func TestClaims(t *testing.T) {
 	}{{nil, false}, {&resourceapi.ResourceClaim{}, false}, {other, false}, {alloc, true}} {
 		if got := HasSwapDevice(tc.claim); got != tc.want {
 			t.Errorf("HasSwapDevice(%v) = %v", tc.claim, got)
+		}
+	}
+}
+
+// TestUsesClaim: a pod uses the claims ClaimNames names and, before its
+// status names it, the claim the scheduler creates for its extended
+// resources, found as the scheduler finds it (annotation and controller
+// owner reference), and only when the pod requests an extended resource.
+func TestUsesClaim(t *testing.T) {
+	asks := corev1.ResourceList{"deviceclass.resource.kubernetes.io/dra.swap": resource.MustParse("1")}
+	pod := func(requests corev1.ResourceList, status string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-p"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: corev1.ResourceRequirements{Limits: requests}}}}}
+		if status != "" {
+			p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: status}
+		}
+		return p
+	}
+	claim := func(annotated bool, owner metav1.OwnerReference) *resourceapi.ResourceClaim {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-extended-resources-x", OwnerReferences: []metav1.OwnerReference{owner}}}
+		if annotated {
+			c.Annotations = map[string]string{resourceapi.ExtendedResourceClaimAnnotation: "true"}
+		}
+		return c
+	}
+	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "uid-p", Controller: ptr.To(true)}
+	with := func(f func(*metav1.OwnerReference)) metav1.OwnerReference {
+		o := owner
+		f(&o)
+		return o
+	}
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		claim *resourceapi.ResourceClaim
+		want  bool
+	}{
+		{"the scheduler's claim, before the pod's status names it", pod(asks, ""), claim(true, owner), true},
+		{"the scheduler's claim, named in the pod's status", pod(asks, "p-extended-resources-x"), claim(true, owner), true},
+		{"named in the pod's status, whatever its metadata", pod(nil, "p-extended-resources-x"), claim(false, metav1.OwnerReference{}), true},
+		{"the status names another claim", pod(asks, "p-extended-resources-z"), claim(true, owner), false},
+		{"not annotated", pod(asks, ""), claim(false, owner), false},
+		{"the pod requests no extended resource", pod(nil, ""), claim(true, owner), false},
+		{"the pod requests only native resources", pod(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}, ""), claim(true, owner), false},
+		{"the extended resource's quantity is zero", pod(corev1.ResourceList{"example.com/swap": resource.MustParse("0")}, ""), claim(true, owner), false},
+		{"owned by another pod of that name", pod(asks, ""), claim(true, with(func(o *metav1.OwnerReference) { o.UID = "uid-other" })), false},
+		{"owned by another pod", pod(asks, ""), claim(true, with(func(o *metav1.OwnerReference) { o.Name = "q" })), false},
+		{"owned, not controlled", pod(asks, ""), claim(true, with(func(o *metav1.OwnerReference) { o.Controller = nil })), false},
+		{"controlled by another kind", pod(asks, ""), claim(true, with(func(o *metav1.OwnerReference) { o.Kind = "Job"; o.APIVersion = "batch/v1" })), false},
+		{"another namespace", pod(asks, ""), func() *resourceapi.ResourceClaim { c := claim(true, owner); c.Namespace = "other"; return c }(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := UsesClaim(tc.pod, tc.claim); got != tc.want {
+				t.Errorf("UsesClaim = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExtendedResources(t *testing.T) {
+	q := resource.MustParse
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"example.com/swap": q("3")}}}},
+		Containers: []corev1.Container{
+			{Name: "a", Resources: corev1.ResourceRequirements{
+				Limits:   corev1.ResourceList{"deviceclass.resource.kubernetes.io/dra.swap": q("1"), corev1.ResourceMemory: q("1Gi"), "hugepages-2Mi": q("2Mi")},
+				Requests: corev1.ResourceList{"deviceclass.resource.kubernetes.io/dra.swap": q("1"), corev1.ResourceCPU: q("1")}}},
+			{Name: "b", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"deviceclass.resource.kubernetes.io/dra.swap": q("2"), "example.com/zero": q("0"), "kubernetes.io/native": q("1")}}},
+		},
+	}}
+	want := []ExtendedResource{{Name: "deviceclass.resource.kubernetes.io/dra.swap", Quantity: 2}, {Name: "example.com/swap", Quantity: 3}}
+	if got := ExtendedResources(pod); !reflect.DeepEqual(got, want) {
+		t.Errorf("ExtendedResources = %+v, want %+v", got, want)
+	}
+	for name, want := range map[corev1.ResourceName]bool{
+		"deviceclass.resource.kubernetes.io/x": true, "example.com/gpu": true, "nvidia.com/gpu": true,
+		"memory": false, "cpu": false, "hugepages-1Gi": false, "kubernetes.io/x": false, "node.kubernetes.io/x": false, "requests.example.com/x": false,
+	} {
+		if got := IsDRAExtendedResourceName(name); got != want {
+			t.Errorf("IsDRAExtendedResourceName(%s) = %v, want %v", name, got, want)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -510,10 +511,15 @@ func (c *env) findCgroup(t *testing.T, what string, match func(name string) bool
 	return version, root, strings.TrimPrefix(matches[0], hierarchy)
 }
 
-// TestTopologyLabelsThroughDownwardAPI: the controller's binding webhook
-// puts the node's hostname and swap behavior on the pod in the write that
-// binds it, so Downward API environment variables see them when the
-// container starts (KEP-4742 through the driver).
+// TestTopologyLabelsThroughDownwardAPI: the controller's reservation
+// webhook puts the node's hostname and swap behavior on the pod before
+// the write that binds it, so Downward API environment variables see them
+// when the container starts (KEP-4742 through the driver); in the default
+// swap-claims selection, for a pod with a swap claim and for one that asks
+// for swap as an extended resource (deviceclass.resource.kubernetes.io/dra.swap,
+// whose claim the scheduler makes and reserves before the pod's status
+// names it). A pod that asks for more swap devices than a node has waits,
+// and the controller says why.
 func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
 	hostLegOnly(t, "the controller's labels and the Downward API do not depend on the cgroup version")
 	c := loadCluster(t)
@@ -527,28 +533,43 @@ func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
 	if wantBehavior == "" {
 		t.Fatalf("node %s has no node.kubernetes.io/swap-behavior label: %v", c.Node, node.Labels)
 	}
-	pod := c.WorkloadPod(ns, "downward", map[string]string{"swap": "swap-64"},
-		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"})
+	const extended = "deviceclass.resource.kubernetes.io/dra.swap"
 	fromLabel := func(name, label string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + label + "']"}}}
 	}
-	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env,
-		fromLabel("DOWNWARD_HOSTNAME", "kubernetes.io/hostname"),
-		fromLabel("DOWNWARD_SWAP_BEHAVIOR", "node.kubernetes.io/swap-behavior"),
-		fromLabel("DOWNWARD_ZONE", "topology.kubernetes.io/zone"))
-	pod = c.createPod(t, pod)
-	pod = c.waitPod(t, ns, pod.Name, "completion", podTimeout, finished)
-	if pod.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("phase %s, reason %s", pod.Status.Phase, terminatedReason(pod, "worker"))
+	downward := func(pod *corev1.Pod) *corev1.Pod {
+		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env,
+			fromLabel("DOWNWARD_HOSTNAME", "kubernetes.io/hostname"),
+			fromLabel("DOWNWARD_SWAP_BEHAVIOR", "node.kubernetes.io/swap-behavior"),
+			fromLabel("DOWNWARD_ZONE", "topology.kubernetes.io/zone"))
+		return pod
 	}
-	r := c.report(t, pod, "worker", "START")
+	withClaim := downward(c.WorkloadPod(ns, "downward", map[string]string{"swap": "swap-64"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
+	withExtended := downward(c.WorkloadPod(ns, "downward-extended", nil, ctr{Name: "worker", AllocMiB: 1, MemLimit: "64Mi"}))
+	withExtended.Spec.Containers[0].Resources.Limits[extended] = resource.MustParse("1")
+	waits := c.WorkloadPod(ns, "two-devices", nil, ctr{Name: "worker", AllocMiB: 1, MemLimit: "64Mi"})
+	waits.Spec.Containers[0].Resources.Limits[extended] = resource.MustParse("2")
+	pods := []*corev1.Pod{c.createPod(t, withClaim), c.createPod(t, withExtended)}
+	waits = c.createPod(t, waits)
+
 	want := map[string]string{"DOWNWARD_HOSTNAME": node.Labels["kubernetes.io/hostname"], "DOWNWARD_SWAP_BEHAVIOR": wantBehavior, "DOWNWARD_ZONE": node.Labels[corev1.LabelTopologyZone]}
-	for k, v := range want {
-		if r.Downward[k] != v {
-			t.Errorf("%s=%q at container start, want %q (all: %v)", k, r.Downward[k], v, r.Downward)
+	for _, pod := range pods {
+		pod = c.waitPod(t, ns, pod.Name, "completion", podTimeout, finished)
+		if pod.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("pod %s: phase %s, reason %s", pod.Name, pod.Status.Phase, terminatedReason(pod, "worker"))
+			continue
 		}
+		r := c.report(t, pod, "worker", "START")
+		for k, v := range want {
+			if r.Downward[k] != v {
+				t.Errorf("pod %s: %s=%q at container start, want %q (all: %v)", pod.Name, k, r.Downward[k], v, r.Downward)
+			}
+		}
+		t.Logf("pod %s at container start: %v", pod.Name, r.Downward)
 	}
-	t.Logf("at container start: %v", r.Downward)
+	c.waitEvent(t, waits, corev1.EventTypeWarning, "SwapUnavailable",
+		"Swap extended resource "+extended+": 2 (each node has one swap device, so only 1 can be allocated)")
 }
 
 // TestSwapConfigKnobs applies each SwapConfig knob the node's cgroup

@@ -534,11 +534,13 @@ func TestPluginSlicesOwnNodeOnly(t *testing.T) {
 }
 
 // TestControllerDown: with the controller scaled to 0 (no webhook
-// endpoint), pods with and without swap claims still bind and run; a
-// claim carrying dra.swap config is refused (the validator fails closed)
-// while one without is not; once the controller is back, the reconciler
-// labels the pod bound without the webhook, and invalid config is refused
-// with the reason.
+// endpoint), pods with and without swap claims still bind and run, also
+// a pod whose template carries a SwapConfig (the template was admitted
+// while the controller ran; the claim controller's copy of it does not
+// wait for the webhook); a claim carrying dra.swap config that a user
+// creates is refused (the validator fails closed) while one without is
+// not; once the controller is back, the reconciler labels the pod bound
+// without the webhook, and invalid config is refused with the reason.
 func TestControllerDown(t *testing.T) {
 	hostLegOnly(t, "webhooks, binding and the reconciler do not depend on the cgroup version")
 	c := loadCluster(t)
@@ -546,10 +548,14 @@ func TestControllerDown(t *testing.T) {
 	ctx := context.Background()
 	_, dep := c.driverWorkloads(t)
 	replicas := ptr.Deref(dep.Spec.Replicas, 1)
+	tmpl := cluster.SwapTemplate(ns, "swap-64", "", 64*mi)
+	tmpl.Spec.Spec.Devices.Config = configClaim(ns, "", validSwapConfig).Spec.Devices.Config
+	if _, err := c.client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a template with a valid SwapConfig, controller up: %v", err)
+	}
 	t.Cleanup(func() { c.scaleController(t, replicas) })
 	c.scaleController(t, 0)
 
-	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
 	with := c.createPod(t, c.WorkloadPod(ns, "with-claim", map[string]string{"swap": "swap-64"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
 	without := c.createPod(t, c.WorkloadPod(ns, "without-claim", nil, ctr{Name: "worker", AllocMiB: 1, MemLimit: "64Mi"}))

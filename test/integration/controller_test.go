@@ -372,6 +372,63 @@ func (e *controllerEnv) waitForNodeLabels(ctx context.Context, name string, want
 	}
 }
 
+// setWebhookURLs points the named webhooks of the chart's configuration
+// at other URLs and returns the function that points them back.
+func (e *controllerEnv) setWebhookURLs(ctx context.Context, urls map[string]string) (restore func()) {
+	e.t.Helper()
+	set := func(urls map[string]string) map[string]string {
+		c, err := e.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, chartWebhookConfiguration, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		old := map[string]string{}
+		for i := range c.Webhooks {
+			w := &c.Webhooks[i]
+			if url, ok := urls[w.Name]; ok {
+				old[w.Name] = ptr.Deref(w.ClientConfig.URL, "")
+				w.ClientConfig.URL = ptr.To(url)
+			}
+		}
+		if len(old) != len(urls) {
+			e.t.Fatalf("webhooks %v: only %v in %s", urls, old, chartWebhookConfiguration)
+		}
+		if _, err := e.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+		return old
+	}
+	old := set(urls)
+	return func() { set(old) }
+}
+
+// swapExtendedResource is the extended resource the dra.swap class backs
+// without naming one (DRAExtendedResource's implicit name).
+const swapExtendedResource = resourceapi.ResourceDeviceClassPrefix + "dra.swap"
+
+// waitForEvent polls until the pod has an event (events.k8s.io/v1, as
+// the controller records them) of reason whose note contains text.
+func (e *controllerEnv) waitForEvent(ctx context.Context, pod *corev1.Pod, reason, text string) {
+	e.t.Helper()
+	var seen []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := e.client.EventsV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + pod.Name})
+		if err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, ev := range list.Items {
+			seen = append(seen, ev.Reason+": "+ev.Note)
+			if ev.Reason == reason && ev.Regarding.UID == pod.UID && strings.Contains(ev.Note, text) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		e.t.Fatalf("pod %s: no %s event containing %q: %v; events %q", pod.Name, reason, text, err, seen)
+	}
+}
+
 // warnings collects the API server's warning headers.
 type warnings struct {
 	mu   sync.Mutex
@@ -489,6 +546,79 @@ func TestController(t *testing.T) {
 		t.Logf("reconciler labeled the pod %v after binding", took.Round(time.Millisecond))
 	})
 
+	t.Run("a pod that asks for swap as an extended resource is explained, labeled at its claim's reservation and kept labeled", func(t *testing.T) {
+		env.t = t
+		extended := func(name string, devices string) *corev1.Pod {
+			pod, err := env.client.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1", Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceName(swapExtendedResource): resource.MustParse(devices)}}}}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pod
+		}
+		// Pending: no node has two swap devices; the scheduler has made no
+		// claim yet, so the explainer reads the pod's request.
+		waits := extended("extended-waits", "2")
+		waits.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: "0/2 nodes are available: 2 cannot allocate all claims."}}
+		if _, err := env.client.CoreV1().Pods(tenant).UpdateStatus(ctx, waits, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		env.waitForEvent(ctx, waits, controller.ReasonSwapUnavailable,
+			"Swap extended resource "+swapExtendedResource+": 2 (each node has one swap device, so only 1 can be allocated) cannot be allocated on any node now: node node-a: ")
+		if err := env.client.CoreV1().Pods(tenant).Delete(ctx, waits.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+
+		// Scheduled, as the scheduler's PreBind does it: the claim is
+		// created, allocated and reserved, then named in the pod's status,
+		// then the pod is bound.
+		pod := extended("extended", "1")
+		claim, err := env.client.ResourceV1().ResourceClaims(tenant).Create(ctx, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: pod.Name + "-extended-resources-",
+				Annotations:     map[string]string{resourceapi.ExtendedResourceClaimAnnotation: "true"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}}},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "container-0-request-0",
+				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "dra.swap", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "container-0-request-0", Driver: "dra.swap", Pool: "node-a", Device: v1alpha1.DeviceName,
+			ShareID:          ptr.To(apitypes.UID("a1b2c3d4-0000-4000-8000-000000000002")),
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"swap": resource.MustParse("1Gi")},
+		}}}}
+		claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+		if _, err := env.client.ResourceV1().ResourceClaims(tenant).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := topology("zone-a", "node-a", "LimitedSwap")
+		reserved, err := env.client.CoreV1().Pods(tenant).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hasLabels(reserved.Labels, want) {
+			t.Errorf("labels after the reservation of the pod's extended-resource claim: %v, want %s", reserved.Labels, show(want))
+		}
+		reserved.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: claim.Name,
+			RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: "app", ResourceName: swapExtendedResource, RequestName: "container-0-request-0"}}}
+		if _, err := env.client.CoreV1().Pods(tenant).UpdateStatus(ctx, reserved, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		bound := env.bind(ctx, reserved, "node-a")
+		// The reconciler keeps them: a label removed comes back.
+		if _, err := env.client.CoreV1().Pods(tenant).Patch(ctx, bound.Name, apitypes.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+podlabels.Hostname+`":null}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		took := env.waitForPodLabels(ctx, bound, want, 5*time.Second)
+		t.Logf("the reconciler restored the labels of the pod with an extended-resource claim in %v", took.Round(time.Millisecond))
+	})
+
 	t.Run("node label changes reach the pods", func(t *testing.T) {
 		env.t = t
 		pod, err := env.client.CoreV1().Pods(tenant).Get(ctx, "bound-by-webhook", metav1.GetOptions{})
@@ -602,6 +732,120 @@ func TestController(t *testing.T) {
 			if tc.want == "" && len(got) > 0 || tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)) {
 				t.Errorf("%s: warnings %q, want %q", tc.claim.Name, got, tc.want)
 			}
+		}
+	})
+
+	t.Run("with the controller down the claim controller's copies of a template are admitted, every other claim with dra.swap config refused", func(t *testing.T) {
+		env.t = t
+		const (
+			valid   = `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":50}`
+			invalid = `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":150}`
+			down    = `failed calling webhook "config.dra.swap"`
+		)
+		// kube-controller-manager's two identities: the claim controller's
+		// ServiceAccount (--use-service-account-credentials, whose role the
+		// API server bootstraps) and its own user, which a cluster without
+		// that flag grants the same; and bob, who may create claims.
+		claimController := env.s.ClientForUser(t, "system:serviceaccount:kube-system:resource-claim-controller")
+		kcm := env.s.ClientForUser(t, "system:kube-controller-manager")
+		if _, err := env.client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "kcm-resource-claim-controller"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:controller:resource-claim-controller"},
+			Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "system:kube-controller-manager"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		grant(t, env.s, "claim-writer", rbacv1.Subject{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "bob"},
+			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"create"}})
+		bob := env.s.ClientForUser(t, "bob")
+
+		tmpl, err := env.client.ResourceV1().ResourceClaimTemplates(tenant).Create(ctx, &resourceapi.ResourceClaimTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: "with-config"},
+			Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: swapClaim("", "64Mi", valid).Spec},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod, err := env.client.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "from-template"},
+			Spec: corev1.PodSpec{
+				Containers:     []corev1.Container{{Name: "app", Image: "registry.invalid/app:1", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "swap"}}}}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "swap", ResourceClaimTemplateName: ptr.To(tmpl.Name)}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// copy is the claim the claim controller makes for the pod from a
+		// template with spec (k8s.io/kubernetes pkg/controller/resourceclaim).
+		copyOf := func(spec resourceapi.ResourceClaimSpec, annotated bool) *resourceapi.ResourceClaim {
+			c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{GenerateName: pod.Name + "-swap-",
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}}},
+				Spec: spec}
+			if annotated {
+				c.Annotations = map[string]string{resourceapi.PodResourceClaimAnnotation: "swap"}
+			}
+			return c
+		}
+		create := func(c kubernetes.Interface, claim *resourceapi.ResourceClaim) error {
+			_, err := c.ResourceV1().ResourceClaims(tenant).Create(ctx, claim, metav1.CreateOptions{})
+			return err
+		}
+
+		createTemplate := func(name string) error {
+			_, err := env.client.ResourceV1().ResourceClaimTemplates(tenant).Create(ctx, &resourceapi.ResourceClaimTemplate{
+				ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: tmpl.Spec}, metav1.CreateOptions{})
+			return err
+		}
+
+		restore := env.setWebhookURLs(ctx, map[string]string{
+			"config.dra.swap":   fmt.Sprintf("https://localhost:%d%s", freePort(t), webhook.ConfigPath), // nothing listens
+			"requests.dra.swap": fmt.Sprintf("https://localhost:%d%s", freePort(t), webhook.ConfigPath),
+		})
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := env.client.ResourceV1().ResourceClaimTemplates(tenant).Create(ctx, &resourceapi.ResourceClaimTemplate{
+				ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Spec: tmpl.Spec}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err != nil && strings.Contains(err.Error(), down), nil
+		})
+		if err != nil {
+			t.Fatalf("the API server still reaches the config webhook: %v", err)
+		}
+		// Admitted: what the claim controller copies from the template.
+		if err := create(claimController, copyOf(tmpl.Spec.Spec, true)); err != nil {
+			t.Errorf("the claim controller's copy of an admitted template, controller down: %v", err)
+		}
+		if err := create(kcm, copyOf(tmpl.Spec.Spec, true)); err != nil {
+			t.Errorf("kube-controller-manager's copy of an admitted template, controller down: %v", err)
+		}
+		// Refused (Fail): the same claim by anyone else, and a claim of the
+		// claim controller's that does not say it comes from a template.
+		for what, err := range map[string]error{
+			"bob's claim with the annotation": create(bob, copyOf(tmpl.Spec.Spec, true)),
+			"bob's claim":                     create(bob, copyOf(tmpl.Spec.Spec, false)),
+			"the claim controller's claim without the annotation": create(claimController, copyOf(tmpl.Spec.Spec, false)),
+			"a template": createTemplate("while-down"),
+		} {
+			if err == nil || !strings.Contains(err.Error(), down) {
+				t.Errorf("%s, controller down: %v, want refused: %s", what, err, down)
+			}
+		}
+		// Without a config no claim waits for the controller.
+		if err := create(bob, swapClaim("plain-while-down", "64Mi", "")); err != nil {
+			t.Errorf("a claim without dra.swap config, controller down: %v", err)
+		}
+
+		restore()
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			err := create(bob, copyOf(swapClaim("", "64Mi", invalid).Spec, true))
+			return err != nil && strings.Contains(err.Error(), "swapHighPercent"), nil
+		})
+		if err != nil {
+			t.Errorf("bob's claim with the annotation and an invalid SwapConfig, controller up: %v, want refused naming swapHighPercent", err)
+		}
+		// What the exclusion costs: the claim controller's copies are never
+		// reviewed (the template they copy was); prepare checks them again.
+		if err := create(claimController, copyOf(swapClaim("", "64Mi", invalid).Spec, true)); err != nil {
+			t.Errorf("the claim controller's copy, controller up: %v, want admitted without a review", err)
 		}
 	})
 

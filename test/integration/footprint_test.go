@@ -96,7 +96,8 @@ func (f *footprint) do(what string, wantCalls int64, call func() error) {
 // does not concern the driver calls out to it, and claims of the driver
 // are still allocated, deallocated and deleted, and their namespace
 // deleted. The one call a swap claim makes, at its reservation, is
-// bounded by the webhook's timeout and ignored on failure. Latencies are
+// bounded by the webhook's timeout and ignored on failure; the claims the
+// claim controller copies from a template make none. Latencies are
 // logged (docs/security.md quotes them); the test checks the calls, not time.
 func TestHungControllerCostsOthersNothing(t *testing.T) {
 	s := framework.StartAPIServer(t)
@@ -234,6 +235,24 @@ func TestHungControllerCostsOthersNothing(t *testing.T) {
 			return err
 		}
 		return swapClaims.Delete(ctx, swap.Name, metav1.DeleteOptions{})
+	})
+	// A pod's claims from its template: the claim controller's copies wait
+	// for neither webhook (the template was reviewed when it was written).
+	claimController := s.ClientForUser(t, "system:serviceaccount:kube-system:resource-claim-controller").ResourceV1().ResourceClaims("swap-users")
+	templatePod := pod("swap-users", "template-user", nil)
+	copyOf := func(spec resourceapi.ResourceClaimSpec) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{GenerateName: "template-user-swap-",
+			Annotations:     map[string]string{resourceapi.PodResourceClaimAnnotation: "swap"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: templatePod.Name, UID: templatePod.UID, Controller: ptr.To(true)}}},
+			Spec: spec}
+	}
+	f.do("create a claim from a SwapConfig template (resourceclaim controller)", 0, func() error {
+		_, err := claimController.Create(ctx, copyOf(swapClaim("", "256Mi", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":80}`).Spec), metav1.CreateOptions{})
+		return err
+	})
+	f.do("create a claim from a swap template (resourceclaim controller)", 0, func() error {
+		_, err := claimController.Create(ctx, copyOf(swapClaim("", "300M", "").Spec), metav1.CreateOptions{})
+		return err
 	})
 	for _, ns := range []string{"others", "swap-users"} {
 		f.do("delete namespace "+ns, 0, func() error {

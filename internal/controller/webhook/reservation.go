@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -49,8 +48,10 @@ const FieldManager = "dra-swap-controller"
 //     the driver's device;
 //   - each newly reserved pod (at most MaxNewReservations): in the claim's
 //     namespace, with the reserved UID, not bound yet, not being deleted,
-//     and using the claim (its spec names the claim, or its status names
-//     the claim generated for it).
+//     and using the claim (podlabels.UsesClaim: its spec names the claim,
+//     its status names the claim generated for it, or the claim is the one
+//     the scheduler made for the extended resources the pod requests,
+//     which the pod's status names only after this reservation).
 //
 // What a forged review can still do is set the labels the controller owns
 // on an unbound pod that uses the claim to those of a node that runs the
@@ -170,7 +171,7 @@ func (h *ReservationLabeler) label(ctx context.Context, claim *resourceapi.Resou
 	if err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if pod.UID != ref.UID || pod.DeletionTimestamp != nil || pod.Spec.NodeName != "" || !slices.Contains(podlabels.ClaimNames(pod), claim.Name) {
+	if pod.UID != ref.UID || pod.DeletionTimestamp != nil || pod.Spec.NodeName != "" || !podlabels.UsesClaim(pod, claim) {
 		return nil
 	}
 	change := podlabels.Diff(pod, desired, h.Policy.Owns)

@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,6 +69,13 @@ func TestReservationLabeler(t *testing.T) {
 		f(c)
 		return c
 	}
+	// extended makes c the claim the scheduler creates for pod's extended
+	// resources: annotated, controlled by the pod.
+	extended := func(c *resourceapi.ResourceClaim, pod string) *resourceapi.ResourceClaim {
+		c.Annotations = map[string]string{resourceapi.ExtendedResourceClaimAnnotation: "true"}
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod, UID: types.UID("uid-" + pod), Controller: ptr.To(true)}}
+		return c
+	}
 	want := map[string]string{podlabels.Zone: "z1", podlabels.Hostname: "host-1", v1alpha1.LabelSwapBehavior: "NoSwap", "example.com/rack": "r1"}
 	tests := []struct {
 		name       string
@@ -107,6 +115,14 @@ func TestReservationLabeler(t *testing.T) {
 		{name: "a pod of another namespace", old: claim(""),
 			claim:      with(claim("swap-node", "elsewhere"), func(c *resourceapi.ResourceClaim) { c.Status.ReservedFor[0].UID = "uid-elsewhere" }),
 			wantLabels: map[string]map[string]string{"elsewhere": {}}},
+		// The claim the scheduler makes for a pod's extended resources: it
+		// reserves it before the pod's status names it.
+		{name: "the scheduler's extended-resource claim of a pod", old: extended(claim(""), "ext"), claim: extended(claim("swap-node", "ext"), "ext"),
+			wantLabels: map[string]map[string]string{"ext": want}},
+		{name: "an extended-resource claim of another pod", old: extended(claim(""), "ext"), claim: extended(claim("swap-node", "ext-too"), "ext"),
+			wantLabels: map[string]map[string]string{"ext-too": {}}},
+		{name: "an annotated claim controlled by a pod that requests no extended resource", old: extended(claim(""), "p3"), claim: extended(claim("swap-node", "p3"), "p3"),
+			wantLabels: map[string]map[string]string{"p3": {}}},
 		{name: "more than the API's 256 reservations are ignored", old: claim(""),
 			claim: with(claim("swap-node", "p1"), func(c *resourceapi.ResourceClaim) {
 				for i := range MaxReservedFor {
@@ -118,12 +134,16 @@ func TestReservationLabeler(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			uses := []corev1.PodResourceClaim{{Name: "swap", ResourceClaimName: ptr.To("c")}}
+			swapResource := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix + "dra.swap"): resource.MustParse("1")}}
 			pods := []*corev1.Pod{
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p1", UID: "uid-p1"}, Spec: corev1.PodSpec{ResourceClaims: uses}},
 				// p2's claim comes from a template.
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p2", UID: "uid-p2"}, Spec: corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{{Name: "swap", ResourceClaimTemplateName: ptr.To("t")}}},
 					Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "swap", ResourceClaimName: ptr.To("c")}}}},
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p3", UID: "uid-p3"}},
+				// ext and ext-too ask for swap as an extended resource.
+				{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ext", UID: "uid-ext"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: swapResource}}}},
+				{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ext-too", UID: "uid-ext-too"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: swapResource}}}},
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bound", UID: "uid-bound"}, Spec: corev1.PodSpec{ResourceClaims: uses, NodeName: "swap-node"}},
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "elsewhere", UID: "uid-elsewhere"}, Spec: corev1.PodSpec{ResourceClaims: uses}},
 			}

@@ -145,6 +145,20 @@ the driver reach the validator (kept identical to internal/controller/webhook). 
 {{- end -}}
 
 
+{{/* A claim that kube-controller-manager's resourceclaim controller
+creates from a pod's ResourceClaimTemplate: the template's spec, which the
+config webhook reviewed when the template was written, annotated with
+resource.kubernetes.io/pod-claim-name. Both the annotation and the
+requester are required (the controller's ServiceAccount with
+--use-service-account-credentials, else kube-controller-manager's own
+user), so a claim anyone else writes with that annotation is still
+reviewed. */}}
+{{- define "dra-swap.claimFromTemplate" -}}
+request.resource.resource == "resourceclaims" && request.operation == "CREATE" &&
+request.userInfo.username in ["system:serviceaccount:kube-system:resource-claim-controller", "system:kube-controller-manager"] &&
+has(object.metadata.annotations) && "resource.kubernetes.io/pod-claim-name" in object.metadata.annotations
+{{- end -}}
+
 {{/* The names of the chart's DeviceClasses, as a JSON list. */}}
 {{- define "dra-swap.swapClasses" -}}
 {{- $names := list (include "dra-swap.driver" .) -}}
