@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -36,7 +35,7 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	dir := flags.String("dir", "", "directory for the blobs; manifests live in memory, so push again after a restart (required)")
 	allowRemote := flags.Bool("allow-remote", false, "allow listening on an address other than loopback")
 	authFile := flags.String("basic-auth", "", "file holding one line USER:PASSWORD: every request must then carry these credentials (HTTP Basic), but for pulls outside -private")
-	private := flags.String("private", "", "with -basic-auth, only pulls from the repositories named PATH or under PATH/ need the credentials, as a hosted registry's private repositories; pushes always do (default: every repository's pulls)")
+	private := flags.String("private", "", "with -basic-auth, only pulls from the repositories named PATH or under PATH/ need the credentials, as a hosted registry's private repositories (their manifests, tags and referrers: blobs are kept by digest for all); pushes always do (default: every repository's pulls)")
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
@@ -133,11 +132,6 @@ func privatePrefix(p string) (string, error) {
 	return p, nil
 }
 
-// The repository API's paths end in one of these, after the repository's
-// name: /v2/<name>/manifests/<reference>, /v2/<name>/blobs/<digest> (and
-// blobs/uploads/...), /v2/<name>/tags/list, /v2/<name>/referrers/<digest>.
-var repositoryEndpoints = []string{"/manifests/", "/blobs/", "/tags/", "/referrers/"}
-
 // repositoryOf is the repository a /v2/ path names, "" for the API's root
 // (/v2/) and the catalog.
 func repositoryOf(path string) string {
@@ -145,10 +139,14 @@ func repositoryOf(path string) string {
 	if !ok {
 		return ""
 	}
-	// The last endpoint in the path: what follows it (a tag, a digest,
-	// uploads/<id>, list) holds none.
+	// The repository API's paths end in one of these, after the
+	// repository's name: /v2/<name>/manifests/<reference>,
+	// /v2/<name>/blobs/<digest> (and blobs/uploads/...),
+	// /v2/<name>/tags/list, /v2/<name>/referrers/<digest>. The last one in
+	// the path counts: what follows it (a tag, a digest, uploads/<id>,
+	// list) holds none.
 	end := -1
-	for _, e := range repositoryEndpoints {
+	for _, e := range []string{"/manifests/", "/blobs/", "/tags/", "/referrers/"} {
 		if i := strings.LastIndex(rest, e); i > end {
 			end = i
 		}
@@ -161,6 +159,10 @@ func repositoryOf(path string) string {
 
 // allowsAnonymous says whether r needs no credentials: a pull (GET or
 // HEAD) from a repository outside the private path, when there is one.
+// The registry keeps blobs by digest for all repositories, so a client
+// that knows a private blob's digest gets it through a public repository:
+// the private path guards manifests, tags and referrers, which is what a
+// pull starts with.
 func (a *basicAuth) allowsAnonymous(r *http.Request) bool {
 	if a.private == "" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
 		return false
@@ -199,7 +201,7 @@ func (a *basicAuth) wrap(next http.Handler, logger *log.Logger) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		if r.Method != http.MethodHead {
-			_, _ = io.Copy(w, bytes.NewReader(body))
+			_, _ = w.Write(body)
 		}
 	})
 }
