@@ -7,7 +7,8 @@ KUBE_VERSION ?= v1.37.1
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 # The driver image's tag and version label (the chart's appVersion), its
-# revision label, and the registry `make push` pushes to (HOST:PORT).
+# revision label, and the registry `make push` and `make release` push to
+# (HOST[:PORT][/PATH]).
 VERSION ?= 0.1.0
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 REGISTRY ?=
@@ -48,17 +49,20 @@ image-tool:
 images: image-tool
 	$(OUT_DIR)/dra-swap-images build -out $(IMAGES_DIR) -version $(VERSION) -revision $(REVISION) -set all
 
-## push: push the images of $(IMAGES_DIR) to REGISTRY (HOST:PORT) as
-## $(REGISTRY)/<name>:<tag>; loopback registries are reached over plain http.
+## push: push the images of $(IMAGES_DIR) to REGISTRY (HOST[:PORT][/PATH]) as
+## $(REGISTRY)/<name>:<tag>, with the docker config's credentials for
+## HOST[:PORT] (DOCKER_CONFIG, its credential helpers); loopback registries
+## are reached over plain http.
 push: image-tool
-	@if [ -z "$(REGISTRY)" ]; then echo "make push needs REGISTRY=HOST:PORT" >&2; exit 1; fi
+	@if [ -z "$(REGISTRY)" ]; then echo "make push needs REGISTRY=HOST[:PORT][/PATH]" >&2; exit 1; fi
 	$(OUT_DIR)/dra-swap-images push -from $(IMAGES_DIR) -registry $(REGISTRY)
 
 ## release: the release of VERSION (x.y.z, required) in RELEASE_DIR: the
 ## driver's image as a multi-arch OCI image index (linux/amd64, linux/arm64)
 ## with its SBOM as an OCI referrer (an OCI layout tar), the packaged chart,
-## and SHA256SUMS; with REGISTRY=HOST:PORT also pushed there, the image as
-## $(REGISTRY)/dra-driver-swap:VERSION and the chart to oci://$(REGISTRY)/charts
+## and SHA256SUMS; with REGISTRY=HOST[:PORT][/PATH] also pushed there, the
+## image as $(REGISTRY)/dra-driver-swap:VERSION and the chart to
+## oci://$(REGISTRY)/charts, with the docker config's credentials
 ## (hack/release.sh).
 RELEASE_DIR ?= $(CURDIR)/_output/release
 release:

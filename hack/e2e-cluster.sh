@@ -117,7 +117,7 @@ hack/cluster/up.sh
 # containerd took minutes to pull it while the test's pods were starting.
 source /var/lib/dra-swap-e2e/env
 /share/repo/_output/bin/ctr -a "$CONTAINERD_SOCK" -n k8s.io images pull --plain-http \
-	"$REGISTRY/dra-driver-swap:$DRIVER_UPGRADE_VERSION" >/dev/null
+	--user "$(cat "$CLUSTER_DIR/pki/registry-basic-auth")" "$DRIVER_REPOSITORY/dra-driver-swap:$DRIVER_UPGRADE_VERSION" >/dev/null
 rc=0
 if [ -f /share/run-guest-suite ]; then
 	cd test/e2e

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make release VERSION=x.y.z [REGISTRY=HOST:PORT]: the release artifacts of
+# make release VERSION=x.y.z [REGISTRY=HOST[:PORT][/PATH]]: the release artifacts of
 # VERSION, in RELEASE_DIR (default _output/release, replaced as a whole):
 #   dra-driver-swap-VERSION.oci.tar  an OCI image layout (tar): the driver's
 #       image dra-driver-swap:VERSION as an OCI image index of linux/amd64
@@ -14,7 +14,10 @@
 # (plain http for a loopback registry, or with INSECURE_REGISTRY=1), so that
 #   helm install dra-driver-swap oci://REGISTRY/charts/dra-driver-swap \
 #     --version VERSION --set image.repository=REGISTRY/dra-driver-swap
-# installs it.
+# installs it. Both pushes authenticate with the docker config's credentials
+# for HOST[:PORT] ($DOCKER_CONFIG/config.json, else ~/.docker/config.json,
+# with its credential helpers: what `docker login` writes); helm looks in
+# its own registry config first (`helm registry login`), then there.
 #
 # Environment:
 #   VERSION            the release, x.y.z[-prerelease] (required)
@@ -24,7 +27,7 @@
 #                      the same .oci.tar, byte for byte
 #   ARCHES             the image's architectures (default: amd64,arm64)
 #   RELEASE_DIR        where the artifacts go (default: <repo>/_output/release)
-#   REGISTRY           HOST:PORT to push to (default: none)
+#   REGISTRY           HOST[:PORT][/PATH] to push to (default: none)
 #   HELM, CYCLONEDX_GOMOD  the tools; unset, hack/build-tools.sh builds
 #                      them from the tools module into OUT_DIR (<repo>/_output/bin)
 set -euo pipefail
@@ -43,8 +46,16 @@ VERSION="${VERSION:-}"
 [[ "${VERSION}" =~ ^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]] ||
 	die "VERSION=${VERSION} is not x.y.z or x.y.z-prerelease"
 REGISTRY="${REGISTRY:-}"
-if [[ -n "${REGISTRY}" && ! "${REGISTRY}" =~ ^[A-Za-z0-9.-]+(:[0-9]+)?$|^\[[0-9A-Fa-f:]+\](:[0-9]+)?$ ]]; then
-	die "REGISTRY=${REGISTRY} is not HOST[:PORT]"
+registry_host="${REGISTRY%%/*}"
+if [[ -n "${REGISTRY}" ]]; then
+	# HOST[:PORT] (a host with a dot or a port, or localhost: image
+	# references read anything else as a Docker Hub repository), then
+	# repository path components as the OCI distribution spec names them.
+	component='[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*'
+	[[ "${registry_host}" =~ ^([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:[0-9]+)?|\[[0-9A-Fa-f:]+\](:[0-9]+)?)$ &&
+		("${registry_host}" == *[.:]* || "${registry_host}" == localhost) &&
+		"${REGISTRY#"${registry_host}"}" =~ ^(/${component})*$ ]] ||
+		die "REGISTRY=${REGISTRY} is not HOST[:PORT][/PATH] (a host with a dot or a port, or localhost; a path of lowercase components a/b/c)"
 fi
 REVISION="${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 if [[ -z "${SOURCE_DATE_EPOCH:-}" ]]; then
@@ -121,15 +132,18 @@ log "image index dra-driver-swap:${VERSION}@${image_digest}"
 
 if [[ -n "${REGISTRY}" ]]; then
 	plain_http=()
-	case "${REGISTRY}" in
+	case "${registry_host}" in
 	localhost | localhost:* | 127.* | \[::1\] | \[::1\]:*) plain_http=(--plain-http) ;;
 	*) [[ "${INSECURE_REGISTRY:-}" != 1 ]] || plain_http=(--plain-http) ;;
 	esac
 	insecure=()
 	[[ ${#plain_http[@]} -eq 0 ]] || insecure=(-insecure)
 	log "pushing the image index and its SBOM to ${REGISTRY}"
-	"${work}/dra-swap-images" push -from "${layout}" -registry "${REGISTRY}" "${insecure[@]}"
+	"${work}/dra-swap-images" push -from "${layout}" -registry "${REGISTRY}" "${insecure[@]}" ||
+		die "pushing the image index to ${REGISTRY} failed (the artifacts are in ${RELEASE_DIR})"
 	log "pushing the chart to oci://${REGISTRY}/charts"
-	"${HELM}" push "${RELEASE_DIR}/${chart_tgz}" "oci://${REGISTRY}/charts" "${plain_http[@]}" >&2
-	log "install with: helm install dra-driver-swap oci://${REGISTRY}/charts/dra-driver-swap --version ${VERSION} --set image.repository=${REGISTRY}/dra-driver-swap"
+	"${HELM}" push "${RELEASE_DIR}/${chart_tgz}" "oci://${REGISTRY}/charts" "${plain_http[@]}" >&2 ||
+		die "pushing the chart to oci://${REGISTRY}/charts failed: helm takes the credentials for ${registry_host} from its registry config (helm registry login), else from the docker config"
+	log "install with: helm install dra-driver-swap oci://${REGISTRY}/charts/dra-driver-swap --version ${VERSION} --set image.repository=${REGISTRY}/dra-driver-swap" \
+		"(a registry that wants credentials to pull: the nodes need them too, e.g. --set 'imagePullSecrets[0].name=SECRET', a kubernetes.io/dockerconfigjson Secret in the release's namespace)"
 fi

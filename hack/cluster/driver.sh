@@ -4,7 +4,8 @@
 # deployments/helm/dra-driver-swap with the images the cluster's registry
 # serves. Only the values that differ for this cluster are set: its host
 # paths live under CLUSTER_DIR instead of /var/lib/kubelet, /var/run/cdi,
-# /opt and /run.
+# /opt and /run; the image comes from the registry's private path, pulled
+# with the Secret PULL_SECRET (lib.sh).
 source "$(dirname "$0")/lib.sh"
 CHART="${CHART:-$REPO/deployments/helm/dra-driver-swap}"
 RELEASE=dra-driver-swap
@@ -16,8 +17,11 @@ export KUBECONFIG="$CLUSTER_DIR/kubeconfig/admin.kubeconfig"
 # where its nodes reach it, and installs the release's chart from it.
 if [ -f "$CLUSTER_DIR/env" ]; then
 	REGISTRY=$(sed -n 's/^REGISTRY=//p' "$CLUSTER_DIR/env")
+	DRIVER_REPOSITORY=$(sed -n 's/^DRIVER_REPOSITORY=//p' "$CLUSTER_DIR/env")
 	CHART_REF=$(sed -n 's/^CHART=//p' "$CLUSTER_DIR/env")
 fi
+# helm's credentials for the registry (up.sh wrote them).
+export DOCKER_CONFIG="$DOCKER_CONFIG_DIR"
 chart=("${CHART_REF:-$CHART}")
 [ -z "$CHART_REF" ] || chart+=(--version "$DRIVER_VERSION" --plain-http)
 
@@ -25,8 +29,10 @@ values() {
 	cat <<VALUES
 # What this cluster sets; every other value is the chart's default.
 image:
-  repository: $REGISTRY/dra-driver-swap
+  repository: $DRIVER_REPOSITORY/dra-driver-swap
   tag: "$DRIVER_VERSION"
+imagePullSecrets:
+- name: $PULL_SECRET
 kubeletPlugin:
   kubeletRootDir: $CLUSTER_DIR/kubelet
   kubeletConfig:
@@ -56,6 +62,8 @@ namespace() {
 	# Security level allows; the namespace gets that level and nothing
 	# runs in it but the driver.
 	"$BIN/e2e-clusterctl" namespace "$NAMESPACE"
+	# The nodes pull the driver's image with the registry's credentials.
+	"$BIN/e2e-clusterctl" pull-secret "$NAMESPACE" "$PULL_SECRET" "$DOCKER_CONFIG_DIR/config.json"
 }
 
 case "${1:-}" in
@@ -63,7 +71,7 @@ install | start)
 	require_root
 	values > "$CLUSTER_DIR/values.yaml"
 	namespace
-	log "helm install $RELEASE from ${chart[*]} (image $REGISTRY/dra-driver-swap:$DRIVER_VERSION)"
+	log "helm install $RELEASE from ${chart[*]} (image $DRIVER_REPOSITORY/dra-driver-swap:$DRIVER_VERSION)"
 	begin=$SECONDS
 	"$HELM" upgrade --install "$RELEASE" "${chart[@]}" --namespace "$NAMESPACE" \
 		--values "$CLUSTER_DIR/values.yaml" --wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"

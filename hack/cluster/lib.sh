@@ -74,6 +74,20 @@ DRIVER_NAMESPACE="${DRIVER_NAMESPACE:-dra-swap}"
 REGISTRY_PORT="${REGISTRY_PORT:-25000}"
 REGISTRY_HOST="${REGISTRY_HOST:-127.0.0.1}"
 REGISTRY="$REGISTRY_HOST:$REGISTRY_PORT"
+# It wants credentials, as a user's registry does: for every push, and for
+# pulls under REGISTRY_PATH, where the driver's images and chart go
+# (DRIVER_REPOSITORY); the tests' images stay public. The user is
+# REGISTRY_USER with a password up.sh makes: the registry's -basic-auth
+# file and a docker config holding them are REGISTRY_AUTH_FILES in PKI
+# (a node elsewhere copies them from NODE_PKI); helm and dra-swap-images
+# read the docker config from DOCKER_CONFIG_DIR, and the driver's pods
+# pull with the Secret PULL_SECRET made of it.
+REGISTRY_PATH="${REGISTRY_PATH:-private/dra-swap}"
+DRIVER_REPOSITORY="$REGISTRY/$REGISTRY_PATH"
+REGISTRY_USER=dra-swap
+REGISTRY_AUTH_FILES="registry-basic-auth registry-docker-config.json"
+DOCKER_CONFIG_DIR="$CLUSTER_DIR/docker"
+PULL_SECRET=dra-swap-registry
 # The chart driver.sh installs: the checkout's, or the release's from the
 # cluster's registry, as users install it (oci://, --version
 # DRIVER_VERSION), with RELEASE_DIR (hack/release.sh's artifacts of
@@ -81,14 +95,14 @@ REGISTRY="$REGISTRY_HOST:$REGISTRY_PORT"
 # node joining such a cluster).
 CHART_REF=""
 if [ -n "${RELEASE_DIR:-}" ] || [ "${CHART_FROM_REGISTRY:-}" = 1 ]; then
-	CHART_REF="oci://$REGISTRY/charts/dra-driver-swap"
+	CHART_REF="oci://$DRIVER_REPOSITORY/charts/dra-driver-swap"
 fi
 PKI="$CLUSTER_DIR/pki"
 # With the control plane and the node apart, NODE_PKI is the directory
 # between them: the control plane writes the certificates a node needs there
 # (NODE_PKI_FILES), the node copies them from there.
 NODE_PKI="${NODE_PKI:-}"
-NODE_PKI_FILES="ca.crt admin.crt admin.key kubelet.crt kubelet.key kube-proxy.crt kube-proxy.key"
+NODE_PKI_FILES="ca.crt admin.crt admin.key kubelet.crt kubelet.key kube-proxy.crt kube-proxy.key $REGISTRY_AUTH_FILES"
 # Component logs (CLUSTER_LOGS: elsewhere, e.g. where a guest can read them).
 LOGS="${CLUSTER_LOGS:-$CLUSTER_DIR/logs}"
 PIDS="$CLUSTER_DIR/pids"

@@ -83,6 +83,13 @@ if has_control_plane; then
 	if [ -n "$PEER_NODE_NAME" ]; then
 		cert peer-kubelet "/O=system:nodes/CN=system:node:$PEER_NODE_NAME"
 	fi
+	# The registry's user, with a password of this cluster's, and a docker
+	# config holding them (what `docker login` writes).
+	(
+		umask 077
+		printf '%s:%s\n' "$REGISTRY_USER" "$(openssl rand -hex 16)" > registry-basic-auth
+		printf '{"auths": {"%s": {"auth": "%s"}}}\n' "$REGISTRY" "$(tr -d '\n' < registry-basic-auth | base64 -w0)" > registry-docker-config.json
+	)
 	cd - >/dev/null
 	if ! has_node || [ -n "$PEER_NODE_NAME" ]; then
 		[ -n "$NODE_PKI" ] || die "a node elsewhere (CLUSTER_ROLE=control-plane or PEER_NODE_NAME) needs NODE_PKI, where to put its certificates"
@@ -100,6 +107,10 @@ else
 		cp "$NODE_PKI/$f" "$PKI/$f" || die "$NODE_PKI/$f: the control plane's certificates are incomplete"
 	done
 fi
+# helm and dra-swap-images take the registry's credentials from here.
+mkdir -p "$DOCKER_CONFIG_DIR"
+cp "$PKI/registry-docker-config.json" "$DOCKER_CONFIG_DIR/config.json"
+export DOCKER_CONFIG="$DOCKER_CONFIG_DIR"
 users="admin"
 has_control_plane && users="$users kube-controller-manager kube-scheduler"
 has_node && users="$users kubelet kube-proxy"
@@ -127,6 +138,8 @@ CONTAINERD_SOCK=$SOCK
 POD_LOGS_DIR=$CLUSTER_DIR/pod-logs
 NODE_IP=$NODE_IP
 REGISTRY=$REGISTRY
+DRIVER_REPOSITORY=$DRIVER_REPOSITORY
+DOCKER_CONFIG=$DOCKER_CONFIG_DIR
 POD_CIDR=$POD_CIDR
 SERVICE_CIDR=$SERVICE_CIDR
 DRIVER_VERSION=$DRIVER_VERSION
@@ -178,18 +191,25 @@ if has_control_plane; then
 		--bind-address=127.0.0.1 --secure-port=0 --leader-elect=false
 
 	# --- image registry: the images build.sh made (an OCI layout), served on
-	# loopback for containerd to pull over plain http
-	log "registry on $REGISTRY"
+	# loopback for containerd to pull over plain http; the tests' images
+	# public, the driver's private (lib.sh)
+	log "registry on $REGISTRY (private: $REGISTRY_PATH)"
 	# Off loopback only on the host's end of the v2 leg's tap link, which
 	# reaches nothing but the guest.
 	remote=()
 	[ "$REGISTRY_HOST" = 127.0.0.1 ] || remote=(-allow-remote)
-	start registry "$BIN/dra-swap-images" registry -addr "$REGISTRY" -dir "$CLUSTER_DIR/registry" "${remote[@]}"
-	wait_for "registry" 30 curl -sf "http://$REGISTRY/v2/"
-	for layout in $IMAGE_LAYOUTS; do
-		"$BIN/dra-swap-images" push -from "$layout" -registry "$REGISTRY" >> "$LOGS/push.log" 2>&1 ||
-			{ cat "$LOGS/push.log" >&2; die "pushing $layout to $REGISTRY failed"; }
-	done
+	start registry "$BIN/dra-swap-images" registry -addr "$REGISTRY" -dir "$CLUSTER_DIR/registry" "${remote[@]}" \
+		-basic-auth "$PKI/registry-basic-auth" -private "$REGISTRY_PATH"
+	# Any answer will do: without credentials it is 401.
+	wait_for "registry" 30 curl -s -o /dev/null "http://$REGISTRY/v2/"
+	push_layout() { # LAYOUT DEST
+		"$BIN/dra-swap-images" push -from "$1" -registry "$2" >> "$LOGS/push.log" 2>&1 ||
+			{ cat "$LOGS/push.log" >&2; die "pushing $1 to $2 failed"; }
+	}
+	# The tests' images where everyone pulls them, the driver's (both
+	# versions) where the credentials are needed.
+	push_layout "$IMAGES" "$REGISTRY"
+	for layout in $IMAGE_LAYOUTS; do push_layout "$layout" "$DRIVER_REPOSITORY"; done
 	# The release: its image index (linux/amd64 and linux/arm64, with its
 	# SBOM) replaces the layout's single-arch image of the same tag, and
 	# its chart, which driver.sh installs from here.
@@ -197,14 +217,13 @@ if has_control_plane; then
 		(cd "$RELEASE_DIR" && sha256sum --quiet -c SHA256SUMS) || die "the release in $RELEASE_DIR does not match its SHA256SUMS"
 		release_layout=$(mktemp -d)
 		tar -xf "$RELEASE_DIR/dra-driver-swap-$DRIVER_VERSION.oci.tar" -C "$release_layout"
-		"$BIN/dra-swap-images" push -from "$release_layout" -registry "$REGISTRY" >> "$LOGS/push.log" 2>&1 ||
-			{ cat "$LOGS/push.log" >&2; die "pushing the release's image index to $REGISTRY failed"; }
+		push_layout "$release_layout" "$DRIVER_REPOSITORY"
 		rm -rf "$release_layout"
-		"$BIN/helm" push "$RELEASE_DIR/dra-driver-swap-$DRIVER_VERSION.tgz" "oci://$REGISTRY/charts" --plain-http >> "$LOGS/push.log" 2>&1 ||
-			{ cat "$LOGS/push.log" >&2; die "pushing the release's chart to oci://$REGISTRY/charts failed"; }
+		"$BIN/helm" push "$RELEASE_DIR/dra-driver-swap-$DRIVER_VERSION.tgz" "oci://$DRIVER_REPOSITORY/charts" --plain-http >> "$LOGS/push.log" 2>&1 ||
+			{ cat "$LOGS/push.log" >&2; die "pushing the release's chart to oci://$DRIVER_REPOSITORY/charts failed"; }
 		log "release $DRIVER_VERSION from $RELEASE_DIR: the chart $CHART_REF and the image index"
 	fi
-	log "images in $REGISTRY: $(curl -sf "http://$REGISTRY/v2/_catalog" | tr -d '\n')"
+	log "images in $REGISTRY: $(curl -sf -u "$(cat "$PKI/registry-basic-auth")" "http://$REGISTRY/v2/_catalog" | tr -d '\n')"
 fi
 if ! has_node; then
 	log "control plane up in $((SECONDS - begin))s on $API_HOST:$API_PORT (registry $REGISTRY) for the node $NODE_NAME at $NODE_IP"

@@ -160,17 +160,20 @@ func (n *twoNodes) cordon(t *testing.T, node string, on bool) {
 }
 
 // TestTwoNodesInstalledFromRelease: the cluster runs the release as users
-// get it: helm installed the chart from the registry (oci://, the version
-// hack/release.sh pushed), and both nodes pulled the driver's multi-arch
-// image index (linux/amd64 and linux/arm64) and run it by its digest.
+// get it: helm installed the chart from the registry's private path
+// (oci://, the version hack/release.sh pushed), and both nodes pulled the
+// driver's multi-arch image index (linux/amd64 and linux/arm64) from there
+// with the chart's pull Secret and run it by its digest.
 func TestTwoNodesInstalledFromRelease(t *testing.T) {
 	n := loadTwoNodes(t)
-	chart, registry, version := n.Env["CHART"], n.Env["REGISTRY"], n.driverVersion()
-	if want := "oci://" + registry + "/charts/dra-driver-swap"; chart != want {
-		t.Fatalf("the cluster installs the chart %q, want the released %s (hack/e2e-cluster.sh sets RELEASE_DIR)", chart, want)
+	chart, registry, repo, version := n.Env["CHART"], n.Env["REGISTRY"], n.Env["DRIVER_REPOSITORY"], n.driverVersion()
+	path, ok := strings.CutPrefix(repo, registry+"/")
+	if want := "oci://" + repo + "/charts/dra-driver-swap"; !ok || chart != want {
+		t.Fatalf("the cluster installs the chart %q, want the released %s in the registry %s (hack/e2e-cluster.sh sets RELEASE_DIR)", chart, want, registry)
 	}
+	auth := n.registryAuth(t)
 	var tags struct{ Tags []string }
-	getJSON(t, "http://"+registry+"/v2/charts/dra-driver-swap/tags/list", "", &tags)
+	getJSON(t, "http://"+registry+"/v2/"+path+"/charts/dra-driver-swap/tags/list", "", auth, &tags)
 	if !slices.Contains(tags.Tags, version) {
 		t.Errorf("the registry's chart tags %v lack %s", tags.Tags, version)
 	}
@@ -181,14 +184,14 @@ func TestTwoNodesInstalledFromRelease(t *testing.T) {
 			Platform struct{ OS, Architecture string }
 		}
 	}
-	digest := getJSON(t, "http://"+registry+"/v2/dra-driver-swap/manifests/"+version, "application/vnd.oci.image.index.v1+json", &index)
+	digest := getJSON(t, "http://"+registry+"/v2/"+path+"/dra-driver-swap/manifests/"+version, "application/vnd.oci.image.index.v1+json", auth, &index)
 	var platforms []string
 	for _, m := range index.Manifests {
 		platforms = append(platforms, m.Platform.OS+"/"+m.Platform.Architecture)
 	}
 	slices.Sort(platforms)
 	if index.MediaType != "application/vnd.oci.image.index.v1+json" || !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
-		t.Fatalf("dra-driver-swap:%s in the registry is %s for %v, want an OCI image index for linux/amd64 and linux/arm64", version, index.MediaType, platforms)
+		t.Fatalf("%s/dra-driver-swap:%s is %s for %v, want an OCI image index for linux/amd64 and linux/arm64", repo, version, index.MediaType, platforms)
 	}
 	t.Logf("dra-driver-swap:%s is the index %s; chart %s --version %s", version, digest, chart, version)
 	ds, deploy := n.driverWorkloads(t)
@@ -208,20 +211,6 @@ func TestTwoNodesInstalledFromRelease(t *testing.T) {
 			t.Errorf("no driver pod on %s", node)
 		}
 	}
-}
-
-// getJSON decodes url's body (asking for accept, when given) into v and
-// returns the registry's content digest of it.
-func getJSON(t *testing.T, url, accept string, v any) string {
-	t.Helper()
-	body, header, err := httpGet(context.Background(), url, accept, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	return header.Get("Docker-Content-Digest")
 }
 
 // TestTwoNodesPlacementByCapacity: a claim that fits only the larger node

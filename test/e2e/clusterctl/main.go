@@ -1,6 +1,7 @@
 // Command clusterctl does the API steps of hack/cluster/up.sh and
 // driver.sh: waiting for the node, labelling it, creating the driver's
-// namespace and waiting for the driver's ResourceSlice and node labels. It reads CLUSTER_DIR/env like the e2e tests.
+// namespace and its image pull Secret, and waiting for the driver's
+// ResourceSlice and node labels. It reads CLUSTER_DIR/env like the e2e tests.
 package main
 
 import (
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: clusterctl node-ready|setup|namespace NAME|driver-ready")
+		fmt.Fprintln(os.Stderr, "usage: clusterctl node-ready|setup|namespace NAME|pull-secret NAMESPACE NAME DOCKER-CONFIG|driver-ready")
 		os.Exit(2)
 	}
 	if err := run(context.Background(), os.Args[1], os.Args[2:]); err != nil {
@@ -79,6 +80,31 @@ func run(ctx context.Context, cmd string, args []string) error {
 		_, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil
+		}
+		return err
+	case "pull-secret":
+		// An image pull Secret holding a docker config file, as
+		// `kubectl create secret docker-registry --from-file` makes it;
+		// replaced if there is one.
+		if len(args) != 3 {
+			return fmt.Errorf("usage: pull-secret NAMESPACE NAME DOCKER-CONFIG")
+		}
+		config, err := os.ReadFile(args[2])
+		if err != nil {
+			return err
+		}
+		if !json.Valid(config) {
+			return fmt.Errorf("%s is not JSON", args[2])
+		}
+		secret := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: args[0], Name: args[1]},
+			Type:       corev1.SecretTypeDockerConfigJson,
+			Data:       map[string][]byte{corev1.DockerConfigJsonKey: config},
+		}
+		secrets := c.Client.CoreV1().Secrets(args[0])
+		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{})
 		}
 		return err
 	case "driver-ready":

@@ -170,7 +170,7 @@ func TestImages(t *testing.T) {
 		blobs := t.TempDir()
 		served := make(chan error, 1)
 		var logs lockedBuffer
-		go func() { served <- serveRegistry(ctx, ln, blobs, &logs) }()
+		go func() { served <- serveRegistry(ctx, ln, blobs, nil, &logs) }()
 		registry := ln.Addr().String()
 
 		out := runTool(ctx, t, tool, "push", "-from", all, "-registry", registry)

@@ -3,14 +3,15 @@
 // serves a registry for local clusters.
 //
 //	dra-swap-images build -out DIR -version V -revision R [-set driver|test|all] [-source URL] [-arch ARCH]
-//	dra-swap-images push -from DIR -registry HOST:PORT [-insecure]
-//	dra-swap-images registry -addr HOST:PORT -dir DIR [-allow-remote]
+//	dra-swap-images push -from DIR -registry HOST[:PORT][/PATH] [-insecure]
+//	dra-swap-images registry -addr HOST:PORT -dir DIR [-allow-remote] [-basic-auth FILE [-private PATH]]
 //
 // build compiles static binaries and packs each image from an empty base
 // into an OCI image layout; the same sources give the same digests. push
-// copies every image of a layout to HOST:PORT/<name>:<tag>. registry serves
-// the OCI distribution API (go-containerregistry's pkg/registry) with blobs
-// on disk, until SIGTERM or SIGINT.
+// copies every image of a layout to HOST[:PORT][/PATH]/<name>:<tag>, with
+// the docker config's credentials. registry serves the OCI distribution API
+// (go-containerregistry's pkg/registry) with blobs on disk, until SIGTERM or
+// SIGINT; with -basic-auth, to one user only.
 package main
 
 import (
@@ -26,8 +27,8 @@ import (
 
 const usage = `usage:
   dra-swap-images build -out DIR -version V -revision R [-set driver|test|all] [-source URL] [-arch ARCH]
-  dra-swap-images push -from DIR -registry HOST:PORT [-insecure]
-  dra-swap-images registry -addr HOST:PORT -dir DIR [-allow-remote]
+  dra-swap-images push -from DIR -registry HOST[:PORT][/PATH] [-insecure]
+  dra-swap-images registry -addr HOST:PORT -dir DIR [-allow-remote] [-basic-auth FILE [-private PATH]]
 Run a subcommand with -h for its flags.
 `
 

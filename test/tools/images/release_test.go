@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -52,38 +53,39 @@ var releaseArches = []struct {
 	{"arm64", elf.EM_AARCH64},
 }
 
-// TestRelease runs hack/release.sh (make release) twice, once pushing to a
-// loopback registry, and checks its artifacts as a user gets them: the
-// checksums, the image index (both platforms, each image's binaries of its
-// architecture, the labels), the SBOM referrer (the modules and go.sum
-// hashes each binary links), the chart (version, appVersion, lint), what
-// the registry serves, and that the second run's image tar is the first's
-// byte for byte. The script builds helm and cyclonedx-gomod into
-// _output/bin unless HELM and CYCLONEDX_GOMOD name them.
+// TestRelease runs hack/release.sh (make release) twice, pushing to a
+// loopback registry that wants credentials, under a repository path
+// (REGISTRY=127.0.0.1:PORT/some/path): once with a docker config whose
+// credential helper has them, which both the image's push and helm's use,
+// and once with a docker config without them, whose push fails saying so.
+// It checks the artifacts as a user gets them: the checksums, the image
+// index (both platforms, each image's binaries of its architecture, the
+// labels), the SBOM referrer (the modules and go.sum hashes each binary
+// links), the chart (version, appVersion, lint), what the registry serves
+// to a client with the credentials and not without, that helm renders the
+// chart from there with the credentials of a docker config, and that the
+// second run's image tar is the first's byte for byte. The script builds
+// helm and cyclonedx-gomod into _output/bin unless HELM and CYCLONEDX_GOMOD
+// name them.
 func TestRelease(t *testing.T) {
 	ctx := t.Context()
 	root := repoRoot(t)
-	regCtx, stopRegistry := context.WithCancel(ctx)
-	defer stopRegistry()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- serveRegistry(regCtx, ln, t.TempDir(), io.Discard) }()
-	defer func() {
-		stopRegistry()
-		if err := <-served; err != nil {
-			t.Errorf("registry: %v", err)
-		}
-	}()
-	registry := ln.Addr().String()
+	host := startRegistry(t, &basicAuth{user: testUser, password: testPassword})
+	registry := host + "/some/path"
+	helperDir, helperLog := credentialHelper(t, host, testUser, testPassword)
+	// helm looks in its own registry config first: an empty one here.
+	helmConfig := "HELM_REGISTRY_CONFIG=" + filepath.Join(t.TempDir(), "registry.json")
+	withHelper := []string{"DOCKER_CONFIG=" + dockerConfig(t, helperConfig(host)), helmConfig,
+		"PATH=" + helperDir + string(os.PathListSeparator) + os.Getenv("PATH")}
+	withAuths := []string{"DOCKER_CONFIG=" + dockerConfig(t, authsConfig(host, testUser, testPassword)), helmConfig}
+	without := []string{"DOCKER_CONFIG=" + dockerConfig(t, `{"auths": {}}`), helmConfig}
+	creds := remote.WithAuth(&authn.Basic{Username: testUser, Password: testPassword})
 
 	dir := t.TempDir()
 	pushed := filepath.Join(dir, "pushed")
 	again := filepath.Join(dir, "again")
-	pushOut := runRelease(ctx, t, root, pushed, registry)
-	runRelease(ctx, t, root, again, "")
+	pushOut := runRelease(ctx, t, root, pushed, registry, withHelper, "")
+	runRelease(ctx, t, root, again, registry, without, "the docker config has none for "+host)
 
 	imageTar := "dra-driver-swap-" + releaseVersion + ".oci.tar"
 	chartTgz := "dra-driver-swap-" + releaseVersion + ".tgz"
@@ -255,6 +257,15 @@ func TestRelease(t *testing.T) {
 	})
 
 	t.Run("the registry serves the index, its SBOM and the chart", func(t *testing.T) {
+		calls, err := os.ReadFile(helperLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, caller := range []string{"dra-swap-images", "helm"} {
+			if !strings.Contains(string(calls), caller+" get "+host+"\n") {
+				t.Errorf("%s did not ask the credential helper for %s; its calls:\n%s", caller, host, calls)
+			}
+		}
 		wantOut := []string{
 			registry + "/dra-driver-swap:" + releaseVersion + "@" + idxDesc.Digest.String(),
 			registry + "/dra-driver-swap@" + sbomDesc.Digest.String(),
@@ -266,14 +277,17 @@ func TestRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		desc, err := remote.Get(tag, remote.WithContext(ctx))
+		if _, err := remote.Get(tag, remote.WithContext(ctx)); err == nil {
+			t.Errorf("%s was pulled without credentials", tag)
+		}
+		desc, err := remote.Get(tag, remote.WithContext(ctx), creds)
 		if err != nil {
 			t.Fatalf("pulling %s: %v", tag, err)
 		}
 		if desc.Digest != idxDesc.Digest || desc.MediaType != types.OCIImageIndex {
 			t.Errorf("%s is %s %s, want the index %s", tag, desc.MediaType, desc.Digest, idxDesc.Digest)
 		}
-		refs, err := remote.Referrers(tag.Context().Digest(idxDesc.Digest.String()), remote.WithContext(ctx))
+		refs, err := remote.Referrers(tag.Context().Digest(idxDesc.Digest.String()), remote.WithContext(ctx), creds)
 		if err != nil {
 			t.Fatalf("the referrers of %s: %v", idxDesc.Digest, err)
 		}
@@ -289,7 +303,7 @@ func TestRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		chartImg, err := remote.Image(chartRef, remote.WithContext(ctx))
+		chartImg, err := remote.Image(chartRef, remote.WithContext(ctx), creds)
 		if err != nil {
 			t.Fatalf("pulling %s: %v", chartRef, err)
 		}
@@ -300,24 +314,54 @@ func TestRelease(t *testing.T) {
 		if cm.Config.MediaType != "application/vnd.cncf.helm.config.v1+json" || len(cm.Layers) != 1 || cm.Layers[0].Digest.Hex != sums[chartTgz] {
 			t.Errorf("%s has config %s and layers %+v, want a helm chart whose layer is %s (sha256 %s)", chartRef, cm.Config.MediaType, cm.Layers, chartTgz, sums[chartTgz])
 		}
-		out, err := exec.CommandContext(ctx, helmTool(root), "show", "chart", "oci://"+registry+"/charts/dra-driver-swap", "--version", releaseVersion, "--plain-http").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "\nversion: "+releaseVersion+"\n") {
-			t.Errorf("helm show chart oci://%s/charts/dra-driver-swap --version %s: %v\n%s", registry, releaseVersion, err, out)
+
+		chartURL := "oci://" + registry + "/charts/dra-driver-swap"
+		helm := func(env []string, args ...string) (string, error) {
+			cmd := exec.CommandContext(ctx, helmTool(root), args...)
+			cmd.Env = append(os.Environ(), env...)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if out, err := helm(without, "show", "chart", chartURL, "--version", releaseVersion, "--plain-http"); err == nil {
+			t.Errorf("helm show chart %s --version %s without credentials succeeded:\n%s", chartURL, releaseVersion, out)
+		}
+		out, err := helm(withAuths, "show", "chart", chartURL, "--version", releaseVersion, "--plain-http")
+		if err != nil || !strings.Contains(out, "\nversion: "+releaseVersion+"\n") {
+			t.Errorf("helm show chart %s --version %s: %v\n%s", chartURL, releaseVersion, err, out)
+		}
+		// What `helm install` renders, with the image from the same
+		// registry and a Secret that lets the nodes pull it.
+		out, err = helm(withAuths, "template", "dra-driver-swap", chartURL, "--version", releaseVersion, "--plain-http",
+			"--namespace", "dra-swap", "--set", "image.repository="+registry+"/dra-driver-swap", "--set", "imagePullSecrets[0].name=regcred")
+		if err != nil {
+			t.Fatalf("helm template %s --version %s: %v\n%s", chartURL, releaseVersion, err, out)
+		}
+		wantImage := "image: " + registry + "/dra-driver-swap:" + releaseVersion + "\n"
+		if n := strings.Count(out, wantImage); n != 3 || strings.Count(out, "imagePullSecrets:\n        - name: regcred\n") != 3 {
+			t.Errorf("helm template of %s: %d containers of %q and %d with the pull secret, want the plugin's, the controller's and the cleanup Job's:\n%s",
+				chartURL, n, strings.TrimSpace(wantImage), strings.Count(out, "imagePullSecrets:\n        - name: regcred\n"), out)
 		}
 	})
 }
 
 // runRelease runs hack/release.sh with the test's version, revision and
-// epoch into dir, pushing to registry if given, and returns its stdout.
-func runRelease(ctx context.Context, t *testing.T, root, dir, registry string) string {
+// epoch into dir, pushing to registry if given, with env added to the
+// test's environment, and returns its stdout. With wantErr, the script
+// must fail with it on stderr.
+func runRelease(ctx context.Context, t *testing.T, root, dir, registry string, env []string, wantErr string) string {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "release.sh"))
 	cmd.Env = append(os.Environ(), "VERSION="+releaseVersion, "REVISION="+testRevision,
 		"SOURCE_DATE_EPOCH="+releaseEpoch, "RELEASE_DIR="+dir, "REGISTRY="+registry)
+	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	switch {
+	case wantErr == "" && err != nil:
 		t.Fatalf("hack/release.sh (REGISTRY=%q): %v\n%s", registry, err, stderr.String())
+	case wantErr != "" && (err == nil || !strings.Contains(stderr.String(), wantErr)):
+		t.Fatalf("hack/release.sh (REGISTRY=%q): %v, want a failure saying %q\n%s", registry, err, wantErr, stderr.String())
 	}
 	return stdout.String()
 }
@@ -637,7 +681,11 @@ func TestReleaseRefusesBadInput(t *testing.T) {
 		{name: "two-part version", env: []string{"VERSION=1.2", "RELEASE_DIR=" + out}, wantErr: "is not x.y.z"},
 		{name: "v prefix", env: []string{"VERSION=v1.2.3", "RELEASE_DIR=" + out}, wantErr: "is not x.y.z"},
 		{name: "build metadata", env: []string{"VERSION=1.2.3+build", "RELEASE_DIR=" + out}, wantErr: "is not x.y.z"},
-		{name: "registry with a path", env: []string{"VERSION=1.2.3", "REGISTRY=127.0.0.1:5000/x", "RELEASE_DIR=" + out}, wantErr: "is not HOST[:PORT]"},
+		{name: "registry with a scheme", env: []string{"VERSION=1.2.3", "REGISTRY=https://registry.example", "RELEASE_DIR=" + out}, wantErr: "is not HOST[:PORT][/PATH]"},
+		{name: "registry host without a dot or port", env: []string{"VERSION=1.2.3", "REGISTRY=myhost/team", "RELEASE_DIR=" + out}, wantErr: "is not HOST[:PORT][/PATH]"},
+		{name: "registry path in capitals", env: []string{"VERSION=1.2.3", "REGISTRY=127.0.0.1:5000/Team", "RELEASE_DIR=" + out}, wantErr: "is not HOST[:PORT][/PATH]"},
+		{name: "registry path with an empty component", env: []string{"VERSION=1.2.3", "REGISTRY=127.0.0.1:5000/a//b", "RELEASE_DIR=" + out}, wantErr: "is not HOST[:PORT][/PATH]"},
+		{name: "registry path ending in a slash", env: []string{"VERSION=1.2.3", "REGISTRY=127.0.0.1:5000/a/", "RELEASE_DIR=" + out}, wantErr: "is not HOST[:PORT][/PATH]"},
 		{name: "release dir holds other files", env: []string{"VERSION=1.2.3", "RELEASE_DIR=" + foreign}, wantErr: "refusing to replace"},
 	}
 	for _, tc := range tests {
@@ -736,7 +784,7 @@ func TestPushRefusesUnknownManifests(t *testing.T) {
 				t.Fatal(err)
 			}
 			served := make(chan error, 1)
-			go func() { served <- serveRegistry(ctx, ln, t.TempDir(), io.Discard) }()
+			go func() { served <- serveRegistry(ctx, ln, t.TempDir(), nil, io.Discard) }()
 			err = push(ctx, string(lp), ln.Addr().String(), false, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("push: %v, want an error containing %q", err, tc.wantErr)
