@@ -124,7 +124,7 @@ func NewMetrics() *Metrics {
 	}, version.MetricLabels())
 	m.claimUsed = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "claim_swap_used_bytes",
-		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
+		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each with that claim's part of its limit), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
 	}, []string{claimNamespaceLabel, "claim"})
 	m.kubeletConfigOK = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "kubelet_config_readable",
