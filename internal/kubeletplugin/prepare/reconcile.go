@@ -22,9 +22,9 @@ import (
 // spec written by a plugin killed before it saved the checkpoint, or one
 // whose entry was lost with an unusable checkpoint (corrupt, or with a
 // field this release does not know after a downgrade), which Open set
-// aside. The kubelet holds the latter's claims as prepared and never
-// prepares them again until it restarts, so a container of a running pod
-// that restarts needs the spec: removing it makes the container fail with
+// aside. The kubelet holds the latter's claims as prepared and prepares a
+// claim only when it creates a pod's sandbox, so a container of a running
+// pod that restarts needs the spec: removing it makes the container fail with
 // "unresolvable CDI devices". So a spec is removed only when the API
 // server confirms that no container on this node can use it; the entry of
 // a claim the API server confirms is rebuilt, exactly as prepare saved it;

@@ -120,7 +120,8 @@ func TestReconcileRebuildsTheCheckpoint(t *testing.T) {
 				t.Errorf("%d claim reads, want 2 (the specs name their pod)", cluster.reads)
 			}
 
-			// A repeated prepare (after a kubelet restart) answers as the first did.
+			// A repeated prepare (a kubelet that restarted recreating the
+			// pod's sandbox) answers as the first did.
 			again := e.m.Prepare(ctx, claims)
 			for _, c := range claims {
 				if again[c.UID].Err != nil || devicesString(again[c.UID].Devices) != devicesString(first[c.UID].Devices) {
