@@ -492,7 +492,8 @@ func TestCheckpointLost(t *testing.T) {
 	t.Logf("plugin restarted on a corrupt checkpoint in %v", time.Since(begin).Round(time.Millisecond))
 	c.waitNodeEvent(t, "CheckpointUnusable", "set aside as "+path+".unusable")
 	if !c.specExists(uid) || !c.checkpointHas(t, uid) {
-		t.Fatalf("claim %s after the restart: spec exists %v, checkpointed %v; want the spec kept and the entry rebuilt", uid, c.specExists(uid), c.checkpointHas(t, uid))
+		// Go on: what the container then meets is the point.
+		t.Errorf("claim %s after the restart: spec exists %v, checkpointed %v; want the spec kept and the entry rebuilt", uid, c.specExists(uid), c.checkpointHas(t, uid))
 	}
 
 	// Kill the container's process: the kubelet starts it again with the
