@@ -250,33 +250,14 @@ type Totals struct {
 func Sum(dir string) (Totals, error) {
 	var t Totals
 	total := &t.Container
-	entries, err := os.ReadDir(dir)
+	shares, err := readShares(dir)
 	if err != nil {
-		return t, fmt.Errorf("read hook state %s: %w", dir, err)
+		return t, err
 	}
 	var high int64
 	anyHigh := false
-	for _, e := range entries {
-		if !isShareKey(e.Name()) {
-			continue // container.json, temporary files
-		}
-		data, err := readFile(filepath.Join(dir, e.Name()))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return t, err
-		}
-		var s Share
-		if err := json.Unmarshal(data, &s); err != nil {
-			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
-		}
-		if err := s.Validate(); err != nil {
-			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
-		}
-		if total.LimitBytes > limits.MaxSwapBytes-s.LimitBytes {
-			return t, fmt.Errorf("hook state %s/%s: swap limits add up to more than %d", dir, e.Name(), limits.MaxSwapBytes)
-		}
+	for _, ks := range shares {
+		s := ks.share
 		t.Shares++
 		total.LimitBytes += s.LimitBytes
 		if s.HighBytes != nil {
@@ -301,6 +282,64 @@ func Sum(dir string) (Totals, error) {
 		total.HighBytes = &high
 	}
 	return t, nil
+}
+
+// keyedShare is a share with its key.
+type keyedShare struct {
+	key   string
+	share Share
+}
+
+// readShares reads the container's shares, each validated, their limits
+// adding up to at most limits.MaxSwapBytes.
+func readShares(dir string) ([]keyedShare, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read hook state %s: %w", dir, err)
+	}
+	var out []keyedShare
+	var total int64
+	for _, e := range entries {
+		if !isShareKey(e.Name()) {
+			continue // container.json, temporary files
+		}
+		data, err := readFile(filepath.Join(dir, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var s Share
+		if err := json.Unmarshal(data, &s); err != nil {
+			return nil, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
+		}
+		if err := s.Validate(); err != nil {
+			return nil, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
+		}
+		if total > limits.MaxSwapBytes-s.LimitBytes {
+			return nil, fmt.Errorf("hook state %s/%s: swap limits add up to more than %d", dir, e.Name(), limits.MaxSwapBytes)
+		}
+		total += s.LimitBytes
+		out = append(out, keyedShare{key: e.Name(), share: s})
+	}
+	return out, nil
+}
+
+// ClaimLimits returns, for each claim with a share in the container's
+// records, the swap limit its shares give the container (the sum over its
+// allocation results): each claim's part of the container's limit.
+func ClaimLimits(dir string) (map[string]int64, error) {
+	shares, err := readShares(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, ks := range shares {
+		uid, _, _ := strings.Cut(ks.key, ".")
+		out[uid] += ks.share.LimitBytes
+	}
+	return out, nil
 }
 
 // Claims returns the UIDs of the claims that have a share in the

@@ -413,6 +413,29 @@ func TestSum(t *testing.T) {
 	}
 }
 
+// TestClaimLimits: each claim's part of the container's limit, its
+// results' shares added up; what Sum refuses, ClaimLimits refuses too.
+func TestClaimLimits(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), cid)
+	for key, limit := range map[string]int64{claimA: 300, claimB + ".0": 100, claimB + ".1": 50} {
+		if err := Record(dir, key, Share{Settings: swapsettings.Settings{LimitBytes: limit}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(dir, ContainerFile), `{"id":"x"}`)
+	got, err := ClaimLimits(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int64{claimA: 300, claimB: 150}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ClaimLimits = %v, want %v", got, want)
+	}
+	writeFile(t, filepath.Join(dir, claimB+".2"), "{")
+	if got, err := ClaimLimits(dir); err == nil {
+		t.Errorf("ClaimLimits with a malformed share = %v, want an error", got)
+	}
+}
+
 // shareString prints Totals with the values behind its pointers.
 func shareString(t Totals) string {
 	data, _ := json.Marshal(t)

@@ -46,6 +46,8 @@ type Metrics struct {
 	build     *metrics.GaugeVec
 	// kubeletConfigOK is 1 while the kubelet's swap behavior is known.
 	kubeletConfigOK *metrics.Gauge
+	// keptSpecs counts the checkpoint's unconfirmed entries.
+	keptSpecs *metrics.Gauge
 	// claimUsed is registered only when per-claim metrics are on.
 	claimUsed *metrics.GaugeVec
 	names     []string
@@ -122,13 +124,17 @@ func NewMetrics() *Metrics {
 	}, version.MetricLabels())
 	m.claimUsed = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "claim_swap_used_bytes",
-		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
+		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each with that claim's part of its limit), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
 	}, []string{claimNamespaceLabel, "claim"})
 	m.kubeletConfigOK = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "kubelet_config_readable",
 		Help: "1 while the kubelet's configuration (--kubelet-config, --kubelet-config-dir) is read and gives its swap behavior, 0 while it cannot be read (swapBehavior published as Unknown; the Node has a KubeletConfigUnreadable event saying why).", StabilityLevel: metrics.ALPHA,
 	})
-	all := []metrics.Registerable{m.kubeletConfigOK, m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
+	m.keptSpecs = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "dra_swap", Name: "kept_cdi_specs",
+		Help: "CDI specs of claims kept without a checkpoint entry the API server confirmed (after an unusable checkpoint was set aside): they count against the offer and go when the kubelet unprepares their claims or a later check confirms or removes them (the Node has a CheckpointUnusable or CDISpecsKept event saying why).", StabilityLevel: metrics.ALPHA,
+	})
+	all := []metrics.Registerable{m.kubeletConfigOK, m.keptSpecs, m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
 		m.psi, m.psiOK, m.swapUsed, m.tainted, m.statusErr, m.build}
 	m.registry.MustRegister(all...)
 	m.build.WithLabelValues(version.Get().LabelValues()...).Set(1)
@@ -230,6 +236,8 @@ func (m *Metrics) setNode(offered, total, used int64) {
 	m.total.Set(float64(total))
 	m.used.Set(float64(used))
 }
+
+func (m *Metrics) setKeptSpecs(n int) { m.keptSpecs.Set(float64(n)) }
 
 func (m *Metrics) setKubeletConfigReadable(readable bool) { m.kubeletConfigOK.Set(boolValue(readable)) }
 
