@@ -145,9 +145,17 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string, budge
 	if totals.Shares == 0 {
 		return Held, nil // the hook wrote the container record, not yet a share
 	}
-	outcome, err := v.hold(ctx, c, c.Target(v.CgroupRoot), false, totals.Container, trigger)
-	if outcome == Gone || outcome == Failed {
-		return outcome, err
+	// Every cgroup of the container that holds its limit: crun's scope
+	// bounds the subgroup its process is in, so both must hold it.
+	outcome := Held
+	for _, target := range c.Targets(v.CgroupRoot) {
+		o, err := v.hold(ctx, c, target, false, totals.Container, trigger)
+		if o == Gone || o == Failed {
+			return o, err
+		}
+		if o == Restored {
+			outcome = Restored
+		}
 	}
 	pod, ok := c.PodTarget(v.CgroupRoot)
 	if !ok || podsDone[c.PodCgroupGroup] {
@@ -201,7 +209,7 @@ func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgrou
 		v.Reporter.NotRestored(ctx, d, err)
 		return Failed, fmt.Errorf("%s: %w", describe(target), err)
 	}
-	klog.FromContext(ctx).Info("Swap limit restored", "container", c.String(), "containerID", c.ID, "podBudget", pod,
+	klog.FromContext(ctx).Info("Swap limit restored", "container", c.String(), "containerID", c.ID, "podBudget", pod, "cgroup", target.Group,
 		"found", found, "wrote", want.LimitBytes, "trigger", trigger)
 	v.Reporter.Restored(ctx, d)
 	return Restored, nil
