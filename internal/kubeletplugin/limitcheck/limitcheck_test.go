@@ -425,3 +425,43 @@ func TestCheckCrunScope(t *testing.T) {
 		})
 	}
 }
+
+// CheckPod, after an update of a pod's own cgroup, holds that pod's budget
+// (systemd wrote max there) and its containers' limits, and touches no
+// other pod's.
+func TestCheckPod(t *testing.T) {
+	const otherPod = "dddddddd-0000-4000-8000-000000000004"
+	root, stateDir := t.TempDir(), t.TempDir()
+	pods := map[string]string{podUID: "/kubepods.slice/kubepods-pod1.slice", otherPod: "/kubepods.slice/kubepods-pod2.slice"}
+	for id, uid := range map[string]string{ctrID: podUID, otherCtr: otherPod} {
+		g := pods[uid] + "/cri-containerd-" + id + ".scope"
+		dir := filepath.Join(stateDir, id)
+		c := hookstate.Container{ID: id, CgroupVersion: 2, CgroupGroup: g, PodCgroupGroup: pods[uid], Namespace: "ns", Pod: id, PodUID: uid, Name: "worker"}
+		if err := hookstate.WriteContainer(dir, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 50 * mi}, PodLimitBytes: ptr.To(100 * mi)}); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(root, g, "memory.swap.max"), fmt.Sprint(50*mi)+"\n")
+		write(t, filepath.Join(root, pods[uid], "memory.swap.max"), "max\n") // the kubelet's pod update, through systemd
+	}
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: stateDir, CgroupRoot: root, Reporter: rep}
+	sum, err := v.CheckPod(context.Background(), podUID, "pod-update")
+	if err != nil || sum != (Summary{Restored: 1}) {
+		t.Fatalf("CheckPod = %+v, %v; want one container's pod budget restored", sum, err)
+	}
+	if f := read(t, filepath.Join(root, pods[podUID], "memory.swap.max")); f != fmt.Sprint(100*mi) {
+		t.Errorf("the pod's memory.swap.max = %s, want %d", f, 100*mi)
+	}
+	if f := read(t, filepath.Join(root, pods[otherPod], "memory.swap.max")); f != "max" {
+		t.Errorf("the other pod's memory.swap.max = %s, want it untouched", f)
+	}
+	if len(rep.reports) != 1 || !rep.reports[0].pod || rep.reports[0].trigger != "pod-update" {
+		t.Errorf("reports %+v, want one restore of the pod's budget", rep.reports)
+	}
+	if _, err := v.CheckPod(context.Background(), "", "pod-update"); err == nil {
+		t.Error("CheckPod without a pod UID did not fail")
+	}
+}
