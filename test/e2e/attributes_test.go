@@ -47,7 +47,6 @@ func TestAttributesMatchHost(t *testing.T) {
 // zram device, then a loop device, which /proc/swaps lists as a partition
 // and whose disk's queue/rotational gives the medium.
 func TestAttributesMatchHostBlockDevices(t *testing.T) {
-	hostLegOnly(t, "how the plugin finds a block device's medium does not depend on the cgroup version")
 	c := loadCluster(t)
 	for _, tc := range []struct {
 		name   string
