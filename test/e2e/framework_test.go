@@ -74,6 +74,15 @@ func loadCluster(t *testing.T) *env {
 	return &env{Cluster: c, client: c.Client, dir: c.Dir, node: c.Node, repoRoot: filepath.Join(wd, "..", "..")}
 }
 
+// runtime is the node's container runtime as the cluster scripts name it
+// (its component for restart.sh, its log): containerd or crio.
+func (c *env) runtime() string {
+	if r := c.Env["CONTAINER_RUNTIME"]; r != "" {
+		return r
+	}
+	return "containerd"
+}
+
 // namespace creates a namespace for one test and deletes it afterwards,
 // dumping diagnostics first when the test failed.
 func (c *env) namespace(t *testing.T) string {
@@ -145,7 +154,7 @@ func (c *env) diagnose(t *testing.T, ns string) {
 	for _, f := range []string{
 		filepath.Join(logs, "kubelet.log"),
 		filepath.Join(controlPlaneLogs, "kube-scheduler.log"),
-		filepath.Join(logs, "containerd.log"),
+		filepath.Join(logs, c.runtime()+".log"),
 	} {
 		fmt.Fprintf(&b, "--- last lines of %s\n%s\n", filepath.Base(f), tail(f, 40))
 	}
