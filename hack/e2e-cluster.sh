@@ -125,7 +125,7 @@ echo "guest: kernel features: memory.swap.peak $(has /sys/fs/cgroup/system.slice
 	"memory.zswap.writeback $(has /sys/fs/cgroup/system.slice/memory.zswap.writeback)," \
 	"memory.zswap.max $(has /sys/fs/cgroup/system.slice/memory.zswap.max), zswap enabled $(cat /sys/module/zswap/parameters/enabled 2>/dev/null || echo no)"
 if [ "$CONTAINER_RUNTIME" = crio ]; then
-	echo "guest: runtime CRI-O $(/share/repo/_output/bin/crio --version 2>/dev/null | awk '$1 == "Version:" {print $2}') with $(crun --version | head -n1), $(conmon --version | head -n1)"
+	echo "guest: runtime $(/share/repo/_output/bin/crio --version 2>/dev/null | head -n1) with $(crun --version | head -n1), $(conmon --version | head -n1)"
 else
 	echo "guest: runtime containerd $(/share/repo/_output/bin/containerd --version | awk '{print $3}') with $(runc --version | head -n1)"
 fi
