@@ -58,7 +58,7 @@ var guestTests = map[string]string{
 	"TestDaemonReload":                "the systemd cgroup driver's scopes and slices",
 	"TestKubeletAndRuntimeRestart":    "the runtime's restart, as a systemd unit, and NRI's reconnection",
 	"TestWithoutNRI":                  "the runtime without NRI",
-	"TestPressureTaints":              "the kubepods cgroup's PSI (v2 only)",
+	"TestPressureTaints":              "the kubepods cgroup's PSI (v2 only; its swap-full part runs on this host's node only)",
 }
 
 func loadCluster(t *testing.T) *env {
