@@ -253,7 +253,6 @@ func TestContainerLimits(t *testing.T) {
 
 // TestSchedulingByCapacity: the scheduler places swap by the node's offer.
 func TestSchedulingByCapacity(t *testing.T) {
-	hostLegOnly(t, "the scheduler's capacity accounting does not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	offer := c.offer(t)
@@ -321,7 +320,6 @@ func (c *env) waitNoPods(t *testing.T, ns string) {
 
 // TestDeviceClassSelectors: CEL selectors over the published attributes.
 func TestDeviceClassSelectors(t *testing.T) {
-	hostLegOnly(t, "CEL selectors over the device's attributes do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	dev := c.swapDevice(t)
@@ -591,7 +589,10 @@ func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version
 		t.Fatalf("container %s has no ID", container)
 	}
 	return c.findCgroup(t, fmt.Sprintf("container %s (%s) of pod %s", container, id, p.Name), func(name string) bool {
-		return name == id || name == "cri-containerd-"+id+".scope"
+		// runc under containerd (cgroupfs, systemd); crun under CRI-O
+		// (cgroupfs, systemd: the scope, which holds the process's
+		// "container" subgroup and bounds it).
+		return name == id || name == "cri-containerd-"+id+".scope" || name == "crio-"+id || name == "crio-"+id+".scope"
 	})
 }
 
@@ -634,7 +635,6 @@ func (c *env) findCgroup(t *testing.T, what string, match func(name string) bool
 // names it). A pod that asks for more swap devices than a node has waits,
 // and the controller says why.
 func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
-	hostLegOnly(t, "the controller's labels and the Downward API do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
