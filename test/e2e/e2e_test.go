@@ -461,7 +461,6 @@ func TestPluginRestart(t *testing.T) {
 // for again): a killed container comes back with its limit, and deleting
 // the pod unprepares the claim as usual.
 func TestCheckpointLost(t *testing.T) {
-	hostLegOnly(t, "the checkpoint and the CDI specs do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
