@@ -26,7 +26,8 @@ const dropInExtension = ".conf"
 var ErrNoKubeletConfig = errors.New("no kubelet configuration file or drop-in directory given (the kubelet config path is empty)")
 
 // ReadSwapBehavior returns the kubelet's memorySwap.swapBehavior
-// (SwapBehaviorNoSwap or SwapBehaviorLimitedSwap) from the configuration
+// (SwapBehaviorNoSwap, SwapBehaviorLimitedSwap, or KEP-5359's
+// SwapBehaviorWorkloadControlledSwap) from the configuration
 // file configPath and, when configDir is not empty, the drop-in files
 // ending in .conf under configDir, which are applied over the main file in
 // lexical order (walking subdirectories, as the kubelet does). Both paths
@@ -70,10 +71,11 @@ func ReadSwapBehavior(root, configPath, configDir string) (string, error) {
 	switch behavior {
 	case "":
 		return v1alpha1.SwapBehaviorNoSwap, nil
-	case v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap:
+	case v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap, v1alpha1.SwapBehaviorWorkloadControlledSwap:
 		return behavior, nil
 	default:
-		return v1alpha1.SwapBehaviorUnknown, fmt.Errorf("kubelet memorySwap.swapBehavior %q in %s is neither %s nor %s", behavior, source, v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap)
+		return v1alpha1.SwapBehaviorUnknown, fmt.Errorf("kubelet memorySwap.swapBehavior %q in %s is none of %s, %s and %s", behavior, source,
+			v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap, v1alpha1.SwapBehaviorWorkloadControlledSwap)
 	}
 }
 

@@ -36,6 +36,26 @@ func TestReadSwapBehavior(t *testing.T) {
 			want:  v1alpha1.SwapBehaviorLimitedSwap,
 		},
 		{
+			name:  "WorkloadControlledSwap (KEP-5359)",
+			files: map[string]string{DefaultKubeletConfigPath: kubeletConfig("WorkloadControlledSwap")},
+			want:  v1alpha1.SwapBehaviorWorkloadControlledSwap,
+		},
+		{
+			name: "WorkloadControlledSwap in a drop-in",
+			files: map[string]string{
+				DefaultKubeletConfigPath:                   kubeletConfig("NoSwap"),
+				"/etc/kubernetes/kubelet.conf.d/50-a.conf": kubeletConfig("WorkloadControlledSwap"),
+			},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
+			want:      v1alpha1.SwapBehaviorWorkloadControlledSwap,
+		},
+		{
+			name:    "a behavior's name in the wrong case",
+			files:   map[string]string{DefaultKubeletConfigPath: kubeletConfig("workloadControlledSwap")},
+			want:    v1alpha1.SwapBehaviorUnknown,
+			wantErr: `/var/lib/kubelet/config.yaml is none of NoSwap, LimitedSwap and WorkloadControlledSwap`,
+		},
+		{
 			name:  "field absent",
 			files: map[string]string{DefaultKubeletConfigPath: kubeletConfigHeader + "failSwapOn: false\ncgroupDriver: systemd\n"},
 			want:  v1alpha1.SwapBehaviorNoSwap,
