@@ -110,6 +110,9 @@ type Publisher struct {
 	// configUnreadable is the kubelet configuration's state the writer
 	// told the Node of last (false, readable, before the first sync).
 	configUnreadable bool
+	// behavior is the kubelet's swap behavior the writer told the Node
+	// of last (NoSwap, which needs no event, before the first sync).
+	behavior string
 }
 
 // Event reasons on the Node.
@@ -124,6 +127,14 @@ const (
 	// actionReadKubeletConfig is those events' action, which no taint
 	// event shares (see NodeEvent).
 	actionReadKubeletConfig = "ReadKubeletConfig"
+	// ReasonSwapBehaviorConflict: the kubelet's swap behavior gives
+	// containers swap of its own, so the node offers none (the device is
+	// tainted TaintKubeletSwapBehavior); ReasonSwapOfferedUnsafely: it is
+	// offered all the same, as the policy says (UnsafeOfferUnder);
+	// ReasonSwapBehaviorConflictCleared: the behavior is NoSwap again.
+	ReasonSwapBehaviorConflict        = "SwapBehaviorConflict"
+	ReasonSwapOfferedUnsafely         = "SwapOfferedUnsafely"
+	ReasonSwapBehaviorConflictCleared = "SwapBehaviorConflictCleared"
 )
 
 type publishedState struct {
@@ -198,8 +209,9 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		p.mu.Unlock()
 		return false, nil
 	}
-	p.checkOvercommit(ctx, offerOf(device, reason))
+	p.checkOvercommit(ctx, offerOf(device, reason), reason)
 	p.checkKubeletConfig(facts)
+	p.checkSwapBehavior(ctx, facts.SwapBehavior, offerOf(device, reason))
 	device.Taints = append(device.Taints, p.taints.list()...)
 	if p.Taints != nil && reason == "" {
 		device.Taints = append(device.Taints, p.Taints.Taints()...)
@@ -218,7 +230,8 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("publish ResourceSlice of node %s: %w", p.NodeName, err)
 	}
 	if reason != "" {
-		logger.Info("Node offers no swap: publishing its device with zero capacity, tainted "+v1alpha1.TaintNoUsableSwap, "node", p.NodeName, "reason", reason, "swapBehavior", facts.SwapBehavior)
+		logger.Info("Node offers no swap: publishing its device with zero capacity, tainted", "node", p.NodeName, "taints", taintKeys(device.Taints),
+			"reason", reason, "swapBehavior", facts.SwapBehavior)
 	} else {
 		q := device.Capacity[v1alpha1.CapacitySwap].Value
 		logger.Info("Publishing swap device", "node", p.NodeName, "offer", q.String(),
@@ -230,9 +243,19 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// taintKeys lists the taints' keys.
+func taintKeys(taints []resourceapi.DeviceTaint) []string {
+	keys := make([]string, 0, len(taints))
+	for _, t := range taints {
+		keys = append(keys, t.Key)
+	}
+	return keys
+}
+
 // checkOvercommit taints the device while the prepared claims hold more
-// swap than the node offers, telling the Node when it starts and ends.
-func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
+// swap than the node offers, telling the Node when it starts and ends;
+// reason says why the node offers none, if it does not.
+func (p *Publisher) checkOvercommit(ctx context.Context, offer int64, reason string) {
 	prepared, err := p.Node.PreparedSwap()
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot read the prepared claims; keeping the overcommit taint as it is")
@@ -244,9 +267,13 @@ func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
 	if prepared > offer {
 		value := fmt.Sprintf("held-%dMi-offered-%dMi", prepared>>20, offer>>20)
 		if p.taints.set(v1alpha1.TaintOvercommitted, value, p.now()) {
-			msg := fmt.Sprintf("Swap claims prepared on the node hold %s but the node offers %s now (its swap shrank or was turned off): "+
-				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end",
-				quantity(prepared), quantity(offer), v1alpha1.TaintOvercommitted)
+			cause := "its swap shrank or was turned off"
+			if reason != "" {
+				cause = "it offers none: " + reason
+			}
+			msg := eventmsg.Note("Swap claims prepared on the node hold %s but the node offers %s now: "+
+				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end (%s)",
+				quantity(prepared), quantity(offer), v1alpha1.TaintOvercommitted, cause)
 			klog.FromContext(ctx).Info("Swap overcommitted: tainting the device", "node", p.NodeName, "prepared", prepared, "offer", offer)
 			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, taintAction("Taint", v1alpha1.TaintOvercommitted), msg)
 		}
@@ -278,6 +305,49 @@ func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
 	}
 	p.nodeEvent(corev1.EventTypeNormal, ReasonKubeletConfigRead, actionReadKubeletConfig, eventmsg.Note(
 		"The kubelet's configuration is readable again: swapBehavior %s is published", facts.SwapBehavior))
+}
+
+// checkSwapBehavior tells the Node when the kubelet's swap behavior
+// changes to one under which the node offers no swap (a Warning saying
+// why and how to fix it), to one under which the policy offers it all the
+// same (a Warning saying what that risks), and back to NoSwap (Normal);
+// NoSwap from the start is the normal case, worth no event. Each event's
+// action names the behavior, so that the events API does not fold a
+// second behavior's event into the first one's series (see NodeEvent).
+func (p *Publisher) checkSwapBehavior(ctx context.Context, behavior string, offer int64) {
+	last := p.behavior
+	if last == "" {
+		last = v1alpha1.SwapBehaviorNoSwap
+	}
+	if behavior == last {
+		return
+	}
+	p.behavior = behavior
+	logger := klog.FromContext(ctx)
+	if behavior == v1alpha1.SwapBehaviorNoSwap {
+		logger.Info("The kubelet's swap behavior is NoSwap: swap is offered to claims alone", "node", p.NodeName, "previous", last, "offer", offer)
+		p.nodeEvent(corev1.EventTypeNormal, ReasonSwapBehaviorConflictCleared, taintAction("Untaint", v1alpha1.TaintKubeletSwapBehavior), eventmsg.Note(
+			"The kubelet's memorySwap.swapBehavior is NoSwap (it was %s): containers without a swap claim get no swap, so the node's swap is sold to claims "+
+				"alone; it offers %s (taint %s removed)", last, quantity(offer), v1alpha1.TaintKubeletSwapBehavior))
+		return
+	}
+	if why := p.Policy.Withheld(behavior); why != "" {
+		logger.Info("The kubelet's swap behavior gives containers swap of its own: the node offers none", "node", p.NodeName, "swapBehavior", behavior, "reason", why)
+		fix := "set memorySwap.swapBehavior: NoSwap in the kubelet's configuration and restart the kubelet"
+		if behavior == v1alpha1.SwapBehaviorUnknown {
+			fix = "point the chart's kubeletPlugin.kubeletConfig (--kubelet-config, --kubelet-config-dir) at the kubelet's configuration, which must say memorySwap.swapBehavior: NoSwap"
+		}
+		p.nodeEvent(corev1.EventTypeWarning, ReasonSwapBehaviorConflict, taintAction("Taint", v1alpha1.TaintKubeletSwapBehavior)+behavior, eventmsg.Note(
+			"The node offers no swap to claims: its swap device has capacity 0 and the taint %s=%s:NoSchedule, because %s. To sell swap here, %s "+
+				"(the plugin follows within its rescan interval, no reinstall), or, accepting that risk, add %s to the chart's kubeletPlugin.unsafeOfferSwapUnder "+
+				"(--unsafe-offer-swap-under)", v1alpha1.TaintKubeletSwapBehavior, behavior, swapdevice.SwapBehaviorRisk(behavior), fix, behavior))
+		return
+	}
+	logger.Info("The kubelet's swap behavior gives containers swap of its own, but the node offers swap all the same as configured (--unsafe-offer-swap-under)",
+		"node", p.NodeName, "swapBehavior", behavior, "offer", offer)
+	p.nodeEvent(corev1.EventTypeWarning, ReasonSwapOfferedUnsafely, "OfferUnder"+behavior, eventmsg.Note(
+		"The node offers %s of swap to claims although %s. It does because the chart's kubeletPlugin.unsafeOfferSwapUnder (--unsafe-offer-swap-under) names %s; "+
+			"with memorySwap.swapBehavior: NoSwap in the kubelet's configuration it would be safe", quantity(offer), swapdevice.SwapBehaviorRisk(behavior), behavior))
 }
 
 func (p *Publisher) nodeEvent(eventType, reason, action, message string) {
