@@ -1,6 +1,10 @@
 package discovery
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -205,5 +209,60 @@ func TestReadSwapBehavior(t *testing.T) {
 				t.Errorf("ReadSwapBehavior() error = %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestReadSwapBehaviorReplacedOnTheHost: a configuration file or drop-in
+// directory renamed over on the host after the plugin's container
+// bind-mounted it stays visible in the container as the old, deleted one
+// (no link left). ReadSwapBehavior says so (ErrKubeletConfigReplaced)
+// instead of reporting a stale behavior. /proc/self/fd/N of an open,
+// deleted file stands in for the mount.
+func TestReadSwapBehaviorReplacedOnTheHost(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(file, []byte(kubeletConfig("NoSwap")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dropIns := filepath.Join(dir, "kubelet.conf.d")
+	if err := os.Mkdir(dropIns, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(dropIns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	fileFD, dirFD := fmt.Sprintf("/proc/self/fd/%d", f.Fd()), fmt.Sprintf("/proc/self/fd/%d", d.Fd())
+
+	// Still linked: read as usual.
+	if got, err := ReadSwapBehavior("/", fileFD, dirFD); got != v1alpha1.SwapBehaviorNoSwap || err != nil {
+		t.Fatalf("before the replacement: %q, %v; want NoSwap", got, err)
+	}
+	if err := os.Remove(dropIns); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadSwapBehavior("/", fileFD, dirFD); got != v1alpha1.SwapBehaviorUnknown || !errors.Is(err, ErrKubeletConfigReplaced) {
+		t.Errorf("drop-in directory replaced: %q, %v; want Unknown and ErrKubeletConfigReplaced", got, err)
+	}
+	// A new file renamed over the old one, as sed -i does.
+	if err := os.WriteFile(file+".new", []byte(kubeletConfig("LimitedSwap")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".new", file); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadSwapBehavior("/", fileFD, "")
+	if got != v1alpha1.SwapBehaviorUnknown || !errors.Is(err, ErrKubeletConfigReplaced) || !strings.Contains(err.Error(), fileFD) {
+		t.Errorf("file replaced: %q, %v; want Unknown and ErrKubeletConfigReplaced naming %s", got, err, fileFD)
+	}
+	// The path itself reads the new file.
+	if got, err := ReadSwapBehavior("/", file, ""); got != v1alpha1.SwapBehaviorLimitedSwap || err != nil {
+		t.Errorf("the new file: %q, %v; want LimitedSwap", got, err)
 	}
 }

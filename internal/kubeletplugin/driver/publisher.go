@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -192,12 +193,23 @@ func offerOf(device *resourceapi.Device, reason string) int64 {
 
 // Sync discovers the node's facts and publishes them if they changed. It
 // reports whether it published. Not safe for concurrent use: Run calls it
-// from one goroutine.
+// from one goroutine. When what it reads of the kubelet's configuration is
+// a file replaced on the host since (discovery.ErrKubeletConfigReplaced),
+// it publishes what it knows (the behavior Unknown) and returns that
+// error: only a restarted container sees the new file.
 func (p *Publisher) Sync(ctx context.Context) (bool, error) {
+	published, facts, err := p.sync(ctx)
+	if err == nil && facts.KubeletConfigReplaced {
+		err = fmt.Errorf("read the kubelet's configuration on node %s: %w", p.NodeName, discovery.ErrKubeletConfigReplaced)
+	}
+	return published, err
+}
+
+func (p *Publisher) sync(ctx context.Context) (bool, discovery.Facts, error) {
 	logger := klog.FromContext(ctx)
 	facts, err := p.Node.Discover(ctx)
 	if err != nil {
-		return false, fmt.Errorf("discover swap on node %s: %w", p.NodeName, err)
+		return false, facts, fmt.Errorf("discover swap on node %s: %w", p.NodeName, err)
 	}
 	device, reason := swapdevice.Device(facts, maps.Clone(p.Node.Labels()), p.Policy)
 	slices := p.writer()
@@ -207,7 +219,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		p.mu.Lock()
 		p.state = publishedState{synced: true, device: device, reason: reason, facts: facts}
 		p.mu.Unlock()
-		return false, nil
+		return false, facts, nil
 	}
 	p.checkOvercommit(ctx, offerOf(device, reason), reason)
 	p.checkKubeletConfig(facts)
@@ -224,10 +236,10 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	p.state.facts = facts
 	p.mu.Unlock()
 	if unchanged {
-		return false, nil
+		return false, facts, nil
 	}
 	if err := slices.PublishResources(ctx, swapdevice.Resources(p.NodeName, device)); err != nil {
-		return false, fmt.Errorf("publish ResourceSlice of node %s: %w", p.NodeName, err)
+		return false, facts, fmt.Errorf("publish ResourceSlice of node %s: %w", p.NodeName, err)
 	}
 	if reason != "" {
 		logger.Info("Node offers no swap: publishing its device with zero capacity, tainted", "node", p.NodeName, "taints", taintKeys(device.Taints),
@@ -240,7 +252,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	p.mu.Lock()
 	p.state = publishedState{synced: true, published: true, device: device, reason: reason, facts: facts}
 	p.mu.Unlock()
-	return true, nil
+	return true, facts, nil
 }
 
 // taintKeys lists the taints' keys.
@@ -297,10 +309,13 @@ func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
 	}
 	p.configUnreadable = unreadable
 	if unreadable {
+		advice := "Point --kubelet-config and --kubelet-config-dir (the chart's kubeletPlugin.kubeletConfig) at where this node keeps the kubelet's configuration"
+		if facts.KubeletConfigReplaced {
+			advice = "The plugin exits, and its restarted container reads the new file"
+		}
 		p.nodeEvent(corev1.EventTypeWarning, ReasonKubeletConfigUnreadable, actionReadKubeletConfig, eventmsg.Note(
 			"Cannot tell the kubelet's swap behavior, so the node's swap device is published with swapBehavior %s "+
-				"(the node label %s stays as it is): %s. Point --kubelet-config and --kubelet-config-dir (the chart's "+
-				"kubeletPlugin.kubeletConfig) at where this node keeps the kubelet's configuration", v1alpha1.SwapBehaviorUnknown, v1alpha1.LabelSwapBehavior, facts.SwapBehaviorProblem))
+				"(the node label %s stays as it is): %s. %s", v1alpha1.SwapBehaviorUnknown, v1alpha1.LabelSwapBehavior, facts.SwapBehaviorProblem, advice))
 		return
 	}
 	p.nodeEvent(corev1.EventTypeNormal, ReasonKubeletConfigRead, actionReadKubeletConfig, eventmsg.Note(
@@ -381,11 +396,14 @@ func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI
 // Run takes over publishing to slices (TakeOver), then syncs at once,
 // every interval and whenever the Node's labels or the taints change,
 // until ctx ends. Errors are logged and retried at the next tick; the last
-// published slice stays in place meanwhile.
-func (p *Publisher) Run(ctx context.Context, slices SliceWriter, interval time.Duration) {
+// published slice stays in place meanwhile. A kubelet configuration
+// replaced on the host (discovery.ErrKubeletConfigReplaced) cannot be read
+// again by this container: Run returns that error, for the plugin to exit
+// and its container to restart with the new file mounted.
+func (p *Publisher) Run(ctx context.Context, slices SliceWriter, interval time.Duration) error {
 	logger := klog.FromContext(ctx)
 	if err := p.TakeOver(ctx, slices); err != nil {
-		return // ctx ended
+		return nil // ctx ended
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -394,12 +412,14 @@ func (p *Publisher) Run(ctx context.Context, slices SliceWriter, interval time.D
 		taintsChanged = p.Taints.Changed()
 	}
 	for {
-		if _, err := p.Sync(ctx); err != nil {
+		if _, err := p.Sync(ctx); errors.Is(err, discovery.ErrKubeletConfigReplaced) {
+			return err
+		} else if err != nil {
 			logger.Error(err, "Swap rediscovery failed; keeping the last published state")
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-ticker.C:
 		case <-p.Node.Changed():
 		case <-taintsChanged:

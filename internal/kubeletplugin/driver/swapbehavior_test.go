@@ -1,8 +1,10 @@
 package driver
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -184,4 +186,49 @@ func deviceTaintList(taints []resourceapi.DeviceTaint) []string {
 		out = append(out, s+":"+string(t.Effect))
 	}
 	return out
+}
+
+// TestPublisherKubeletConfigReplaced: a kubelet configuration file
+// replaced on the host after the plugin's container mounted it is stale
+// in the container for good. The publisher publishes the behavior as
+// Unknown (so, by default, no swap), tells the Node that the plugin
+// restarts, and Sync and Run return discovery.ErrKubeletConfigReplaced,
+// on which the plugin exits so that its restarted container mounts the
+// new file.
+func TestPublisherKubeletConfigReplaced(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	node := &fakeNode{facts: facts(1 << 30)}
+	reporter := &eventRecorder{}
+	written := &sliceRecorder{}
+	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
+	if err := p.TakeOver(ctx, written); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	node.facts.SwapBehavior = v1alpha1.SwapBehaviorUnknown
+	node.facts.SwapBehaviorProblem = "kubelet configuration /host/var/lib/kubelet/config.yaml: " + discovery.ErrKubeletConfigReplaced.Error()
+	node.facts.KubeletConfigReplaced = true
+	published, err := p.Sync(ctx)
+	if !published || !errors.Is(err, discovery.ErrKubeletConfigReplaced) {
+		t.Fatalf("Sync = %v, %v; want published and ErrKubeletConfigReplaced", published, err)
+	}
+	dev := written.published[len(written.published)-1].Pools["node-a"].Slices[0].Devices[0]
+	if got := dev.Capacity[v1alpha1.CapacitySwap].Value; !got.IsZero() || len(dev.Taints) != 1 || dev.Taints[0].Value != v1alpha1.SwapBehaviorUnknown {
+		t.Errorf("published capacity %v, taints %v; want 0 and the Unknown behavior's taint", got.String(), dev.Taints)
+	}
+	var told bool
+	for _, e := range reporter.events {
+		told = told || e.reason == ReasonKubeletConfigUnreadable && strings.Contains(e.message, "replaced on the host") &&
+			strings.Contains(e.message, "The plugin exits, and its restarted container reads the new file")
+	}
+	if !told {
+		t.Errorf("events %+v, want a KubeletConfigUnreadable saying the file was replaced and the plugin restarts", reporter.events)
+	}
+	// Run (a new instance: TakeOver runs once) stops at its first sync.
+	restarted := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node}
+	if err := restarted.Run(ctx, written, time.Hour); !errors.Is(err, discovery.ErrKubeletConfigReplaced) {
+		t.Errorf("Run = %v, want ErrKubeletConfigReplaced", err)
+	}
 }
