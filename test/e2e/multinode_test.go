@@ -49,8 +49,13 @@ func loadTwoNodes(t *testing.T) *twoNodes {
 		t.Skip("needs the two-node cluster of hack/e2e-cluster.sh (make e2e-cluster); this cluster has one node")
 	}
 	n := &twoNodes{env: c, host: c.node, guest: guest}
+	// A kubelet restarted by the node's suite deleted its slices, which the
+	// plugin makes again within its slice controller's sync delay (30 s).
 	for _, node := range []string{n.host, n.guest} {
-		if n.swapDeviceOn(t, node) == nil {
+		err := wait.PollUntilContextTimeout(context.Background(), time.Second, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+			return n.swapDeviceOn(t, node) != nil, nil
+		})
+		if err != nil {
 			t.Fatalf("node %s publishes no swap device: the two-node tests need both", node)
 		}
 	}

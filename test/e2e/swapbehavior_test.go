@@ -89,6 +89,9 @@ func TestKubeletSwapBehaviorChange(t *testing.T) {
 		t.Fatalf("a claim pod was placed on the node that sells no swap: %v, %v", p.Spec.NodeName, err)
 	}
 
+	// The slice the restarted kubelet will find (see below).
+	var before *resourceapi.ResourceSlice
+	c.waitSwapDevice(t, "a slice", func(*resourceapi.Device) bool { before = c.swapSlice(t); return before != nil })
 	if err := os.WriteFile(path, orig, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +103,17 @@ func TestKubeletSwapBehaviorChange(t *testing.T) {
 		return q.Value() == offer && len(d.Taints) == 0
 	})
 	t.Logf("the offer returned %v after the kubelet restarted with NoSwap", time.Since(flipped).Round(100*time.Millisecond))
+	// A starting kubelet (1.37) deletes its node's ResourceSlices, in the
+	// background, once it has read its Node; the plugin's slice controller
+	// creates the slice again some 30 s later (its sync delay). The offer
+	// is back for good once the slice the kubelet found is gone and a new
+	// one offers it; tests after this one find it there.
+	c.waitSwapDevice(t, "the offer in a slice made after the kubelet's start-up wipe", func(d *resourceapi.Device) bool {
+		s := c.swapSlice(t)
+		q := d.Capacity[v1alpha1.CapacitySwap].Value
+		return s != nil && s.UID != before.UID && q.Value() == offer && len(d.Taints) == 0
+	})
+	t.Logf("the offer is in the slice made after the kubelet's start-up wipe %v after the kubelet restarted", time.Since(flipped).Round(100*time.Millisecond))
 	c.waitNodeEvent(t, "SwapBehaviorConflictCleared", "is NoSwap (it was LimitedSwap)")
 	p := c.waitPod(t, ns, waits.Name, "running once the node sells swap again", podTimeout, running)
 	if got := c.hostSwapLimit(t, p, "worker"); got != want {
@@ -142,6 +156,22 @@ func (c *env) waitSwapDevice(t *testing.T, what string, cond func(*resourceapi.D
 	if err != nil {
 		t.Fatalf("waiting for the node's swap device to have %s: %v; last %+v", what, err, last)
 	}
+}
+
+// swapSlice is the ResourceSlice holding the node's swap device (nil
+// when there is none).
+func (c *env) swapSlice(t *testing.T) *resourceapi.ResourceSlice {
+	t.Helper()
+	slices, err := c.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: resourceapi.ResourceSliceSelectorNodeName + "=" + c.node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range slices.Items {
+		if s.Spec.Driver == v1alpha1.DriverName && len(s.Spec.Devices) > 0 {
+			return &slices.Items[i]
+		}
+	}
+	return nil
 }
 
 // taintValue is the value of the device's taint key, "" when it has none.
