@@ -223,7 +223,7 @@ func (p *Publisher) sync(ctx context.Context) (bool, discovery.Facts, error) {
 	}
 	p.checkOvercommit(ctx, offerOf(device, reason), reason)
 	p.checkKubeletConfig(facts)
-	p.checkSwapBehavior(ctx, facts.SwapBehavior, offerOf(device, reason))
+	p.checkSwapBehavior(ctx, facts, offerOf(device, reason))
 	device.Taints = append(device.Taints, p.taints.list()...)
 	if p.Taints != nil && reason == "" {
 		device.Taints = append(device.Taints, p.Taints.Taints()...)
@@ -329,7 +329,8 @@ func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
 // NoSwap from the start is the normal case, worth no event. Each event's
 // action names the behavior, so that the events API does not fold a
 // second behavior's event into the first one's series (see NodeEvent).
-func (p *Publisher) checkSwapBehavior(ctx context.Context, behavior string, offer int64) {
+func (p *Publisher) checkSwapBehavior(ctx context.Context, facts discovery.Facts, offer int64) {
+	behavior := facts.SwapBehavior
 	last := p.behavior
 	if last == "" {
 		last = v1alpha1.SwapBehaviorNoSwap
@@ -349,7 +350,10 @@ func (p *Publisher) checkSwapBehavior(ctx context.Context, behavior string, offe
 	if why := p.Policy.Withheld(behavior); why != "" {
 		logger.Info("The kubelet's swap behavior gives containers swap of its own: the node offers none", "node", p.NodeName, "swapBehavior", behavior, "reason", why)
 		fix := "set memorySwap.swapBehavior: NoSwap in the kubelet's configuration and restart the kubelet"
-		if behavior == v1alpha1.SwapBehaviorUnknown {
+		switch {
+		case facts.KubeletConfigReplaced:
+			fix = "wait for the plugin's restart: its container reads the kubelet's configuration file that was replaced on the host, which must say memorySwap.swapBehavior: NoSwap"
+		case behavior == v1alpha1.SwapBehaviorUnknown:
 			fix = "point the chart's kubeletPlugin.kubeletConfig (--kubelet-config, --kubelet-config-dir) at the kubelet's configuration, which must say memorySwap.swapBehavior: NoSwap"
 		}
 		p.nodeEvent(corev1.EventTypeWarning, ReasonSwapBehaviorConflict, taintAction("Taint", v1alpha1.TaintKubeletSwapBehavior)+behavior, eventmsg.Note(

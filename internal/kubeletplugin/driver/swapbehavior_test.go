@@ -226,6 +226,14 @@ func TestPublisherKubeletConfigReplaced(t *testing.T) {
 	if !told {
 		t.Errorf("events %+v, want a KubeletConfigUnreadable saying the file was replaced and the plugin restarts", reporter.events)
 	}
+	var conflict bool
+	for _, e := range reporter.events {
+		conflict = conflict || e.reason == ReasonSwapBehaviorConflict && strings.Contains(e.message, "wait for the plugin's restart") &&
+			!strings.Contains(e.message, "point the chart's kubeletPlugin.kubeletConfig")
+	}
+	if !conflict {
+		t.Errorf("events %+v, want a SwapBehaviorConflict telling to wait for the restart, not to fix the configuration's path", reporter.events)
+	}
 	// Run (a new instance: TakeOver runs once) stops at its first sync.
 	restarted := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node}
 	if err := restarted.Run(ctx, written, time.Hour); !errors.Is(err, discovery.ErrKubeletConfigReplaced) {
