@@ -1,15 +1,24 @@
 package integration
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
 // unsafeOfferSwapUnder renders the chart with args and returns what its
@@ -126,4 +135,69 @@ func TestPluginSwapBehavior(t *testing.T) {
 			t.Errorf("kubeletPlugin.unsafeOfferSwapUnder=%s was accepted", bad)
 		}
 	}
+}
+
+// TestPluginKubeletConfigReplaced: a kubelet configuration file replaced
+// on the host after the plugin's container mounted it leaves the mount on
+// the old, deleted file (link count 0). The plugin publishes the behavior
+// as Unknown (no swap), tells the Node that the file was replaced and that
+// it exits, and exits with discovery.ErrKubeletConfigReplaced, its Node
+// events written first. A symbolic link to /proc/self/fd/N of an open,
+// deleted file stands in for the mount (the plugin runs in the test's
+// process).
+func TestPluginKubeletConfigReplaced(t *testing.T) {
+	api := framework.StartAPIServer(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	createNode(t, ctx, api.Client)
+	h := newHost(t)
+	_, done := startPlugin(t, ctx, api.Client, h)
+	waitForSlice(t, ctx, api.Client, "2Gi offered under NoSwap", offers(2*gi))
+
+	old := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(old, []byte(kubeletConfigWith("NoSwap")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Remove(old); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(h.root, "var/lib/kubelet/config.yaml")
+	if err := os.Remove(config); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), config); err != nil {
+		t.Fatal(err)
+	}
+
+	select {
+	case err := <-done:
+		if !errors.Is(err, discovery.ErrKubeletConfigReplaced) {
+			t.Fatalf("the plugin exited with %v, want ErrKubeletConfigReplaced", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the plugin did not exit on a replaced kubelet configuration")
+	}
+	// Written before the plugin exited: listed at once, no waiting.
+	list, err := api.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.kind=Node,regarding.name=" + nodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	var replaced, conflict bool
+	for _, e := range list.Items {
+		seen = append(seen, e.Reason+": "+e.Note)
+		replaced = replaced || e.Reason == driver.ReasonKubeletConfigUnreadable && strings.Contains(e.Note, "was replaced on the host") &&
+			strings.Contains(e.Note, "The plugin exits, and its restarted container reads the new file")
+		conflict = conflict || e.Reason == driver.ReasonSwapBehaviorConflict && strings.Contains(e.Note, "kubelet-swap-behavior=Unknown")
+	}
+	if !replaced || !conflict {
+		t.Errorf("Node events when the plugin exited: %q; want a KubeletConfigUnreadable saying the file was replaced and a SwapBehaviorConflict for Unknown", seen)
+	}
+	waitForSlice(t, ctx, api.Client, "nothing offered under Unknown", withheldUnder("Unknown"))
 }

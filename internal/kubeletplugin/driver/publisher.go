@@ -301,10 +301,12 @@ func (p *Publisher) checkOvercommit(ctx context.Context, offer int64, reason str
 // checkKubeletConfig tells the Node when the kubelet's configuration
 // becomes unreadable (at the first check too) and when it is read again:
 // once per change, not on every rescan; readable from the start is the
-// normal case, worth no event.
+// normal case, worth no event. A file replaced on the host is told in any
+// case: the plugin exits on it.
 func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
 	unreadable := facts.SwapBehaviorProblem != ""
-	if unreadable == p.configUnreadable {
+	// A replaced file is told in any case: the plugin exits on it.
+	if unreadable == p.configUnreadable && !facts.KubeletConfigReplaced {
 		return
 	}
 	p.configUnreadable = unreadable
