@@ -46,7 +46,7 @@ type env struct {
 // add minutes of emulation to make test.
 var guestTests = map[string]string{
 	"TestSwapClaimPreventsOOM":        "a claim's memory.swap.max lets the container swap instead of being OOM-killed",
-	"TestQoSClasses":                  "the kubelet's own swap limits (LimitedSwap here) under every QoS class",
+	"TestQoSClasses":                  "a claim under every QoS class, BestEffort without a memory limit (v2 only)",
 	"TestContainerLimits":             "each container's own cgroup gets its claims' sum",
 	"TestPodSwapBudget":               "the pod's budget on the pod's systemd slice (and past crun's scope)",
 	"TestSwapConfigKnobs":             "the v2 knobs memory.swap.high and memory.zswap.max",
@@ -59,6 +59,7 @@ var guestTests = map[string]string{
 	"TestKubeletAndRuntimeRestart":    "the runtime's restart, as a systemd unit, and NRI's reconnection",
 	"TestWithoutNRI":                  "the runtime without NRI",
 	"TestPressureTaints":              "the kubepods cgroup's PSI (v2 only; its swap-full part runs on this host's node only)",
+	"TestKubeletSwapBehaviorChange":   "a kubelet turned to LimitedSwap and back (the kubelet refuses LimitedSwap on v1)",
 }
 
 func loadCluster(t *testing.T) *env {

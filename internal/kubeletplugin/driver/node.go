@@ -116,7 +116,8 @@ var _ Node = (*hostNode)(nil)
 func (n *hostNode) Discover(ctx context.Context) (discovery.Facts, error) {
 	f, err := discovery.Discover(ctx, n.discovery)
 	if err == nil {
-		n.metrics.setNode(n.policy.Offer(f.TotalBytes), f.TotalBytes, f.UsedBytes)
+		offer, _ := n.policy.NodeOffer(f)
+		n.metrics.setNode(offer, f.TotalBytes, f.UsedBytes)
 		n.metrics.setKubeletConfigReadable(f.SwapBehaviorProblem == "")
 	}
 	return f, err
@@ -146,6 +147,8 @@ type nodeReporter struct {
 	recorder events.EventRecorder
 	watch    *nodeWatch
 	metrics  *Metrics
+	// ledger, if set, counts the events told (see Plugin.exiting).
+	ledger *nodeEventLedger
 }
 
 var _ Reporter = (*nodeReporter)(nil)
@@ -154,6 +157,9 @@ func (r *nodeReporter) NodeEvent(eventType, reason, action, message string) {
 	ref := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: r.watch.name}}
 	if n := r.watch.get(); n != nil {
 		ref.UID = n.UID
+	}
+	if r.ledger != nil {
+		r.ledger.tell(reason)
 	}
 	r.recorder.Eventf(ref, nil, eventType, reason, action, "%s", eventmsg.Truncate(message, eventmsg.NoteLimit))
 }

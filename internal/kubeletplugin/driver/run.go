@@ -11,14 +11,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
@@ -136,6 +140,7 @@ type Plugin struct {
 	node        *nodeWatch
 	pods        *podSource
 	broadcaster events.EventBroadcaster
+	ledger      *nodeEventLedger // the Node events told and written (see exiting)
 	store       *checkpoint.Store
 	statuses    *claimStatuses
 	manager     *prepare.Manager
@@ -193,7 +198,8 @@ func New(ctx context.Context, cfg Config, client kubernetes.Interface) (*Plugin,
 	if background == nil {
 		background = client
 	}
-	p.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: background.EventsV1()})
+	p.ledger = newNodeEventLedger()
+	p.broadcaster = events.NewBroadcaster(ledgerSink{EventSink: &events.EventSinkImpl{Interface: background.EventsV1()}, ledger: p.ledger})
 	recorder := p.broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)
 	p.statuses = newClaimStatuses(background, cfg.DriverName, cfg.NodeName, p.metrics)
 	p.buildPrepare(writer, recorder)
@@ -244,7 +250,7 @@ func (p *Plugin) buildLimits(recorder events.EventRecorder) {
 // the pressure taints' watcher.
 func (p *Plugin) buildPublisher(ctx context.Context, recorder events.EventRecorder, monitor *pressure.Monitor) {
 	cfg := p.cfg
-	reporter := &nodeReporter{recorder: recorder, watch: p.node, metrics: p.metrics}
+	reporter := &nodeReporter{recorder: recorder, watch: p.node, metrics: p.metrics, ledger: p.ledger}
 	p.publisher = &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, Reporter: reporter, Clock: clock.RealClock{},
 		LockPath: filepath.Join(cfg.PluginDataDir, "publish.lock"),
 		Node: &hostNode{discovery: cfg.Discovery, policy: cfg.Policy, metrics: p.metrics, watch: p.node, claims: p.manager,
@@ -333,6 +339,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	// publishes once this instance holds the publish lock and has read
 	// the published taints.
 	if _, err := p.publisher.Sync(ctx); err != nil {
+		p.exiting(ctx, err)
 		return err
 	}
 	var wg sync.WaitGroup
@@ -343,12 +350,50 @@ func (p *Plugin) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err := <-p.failed:
+		p.exiting(ctx, err)
 		cancel(err)
 	}
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// exiting runs before Run returns err. When the plugin exits on purpose,
+// for its container to restart with the kubelet's configuration file that
+// was replaced on the host, it first waits (at most nodeEventFlushTimeout
+// in all) until the events that tell the Node so are written and the
+// device it published last (the behavior Unknown, no swap) is in the API
+// server: client-go writes both in the background, with the context Run
+// cancels.
+func (p *Plugin) exiting(ctx context.Context, err error) {
+	if !errors.Is(err, discovery.ErrKubeletConfigReplaced) {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithTimeout(ctx, nodeEventFlushTimeout)
+	defer cancel()
+	if !p.ledger.wait(ctx, nodeEventFlushTimeout) {
+		logger.Info("Not every Node event was written before exiting", "timeout", nodeEventFlushTimeout)
+	}
+	if want, _ := p.publisher.Device(); want != nil && p.publisher.writer() != nil {
+		published := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			got, err := p.publisher.Node.Published(ctx)
+			return err == nil && got != nil && sameOffer(got, want), nil
+		})
+		if published != nil {
+			logger.Info("The device published last is not in the API server yet; exiting all the same", "timeout", nodeEventFlushTimeout)
+		}
+	}
+	logger.Info("Exiting: the kubelet's configuration file was replaced on the host, and only a restarted container reads the new one", "err", err)
+}
+
+// sameOffer reports whether two swap devices offer the same capacity
+// under the same kubelet swap behavior.
+func sameOffer(a, b *resourceapi.Device) bool {
+	ca, cb := a.Capacity[v1alpha1.CapacitySwap], b.Capacity[v1alpha1.CapacitySwap]
+	return ca.Value.Cmp(cb.Value) == 0 &&
+		ptr.Deref(a.Attributes[v1alpha1.AttrSwapBehavior].StringValue, "") == ptr.Deref(b.Attributes[v1alpha1.AttrSwapBehavior].StringValue, "")
 }
 
 // startUp does what must precede the kubelet's first call: the hook is
@@ -473,7 +518,11 @@ func (p *Plugin) helperOptions() []kubeletplugin.Option {
 
 // startLoops starts the plugin's loops in wg; they end with ctx.
 func (p *Plugin) startLoops(ctx context.Context, wg *sync.WaitGroup, helper *kubeletplugin.Helper) {
-	wg.Go(func() { p.publisher.Run(ctx, helper, p.cfg.RescanInterval) })
+	wg.Go(func() {
+		if err := p.publisher.Run(ctx, helper, p.cfg.RescanInterval); err != nil {
+			p.fail(err)
+		}
+	})
 	// The hook's outcomes become events on the pods; the verifier and the
 	// NRI plugin keep the limits true from here on.
 	wg.Go(func() { p.statuses.run(ctx) })
