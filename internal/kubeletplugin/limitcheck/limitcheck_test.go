@@ -353,7 +353,7 @@ func TestCheckWhileTheHookWrites(t *testing.T) {
 
 	// The hook of a second claim, half-way: its share is recorded, the
 	// container's sum not yet written.
-	unlock, err := hookstate.Lock(n.stateDir, hookstate.DefaultWriteLockWait)
+	unlock, err := hookstate.Lock(n.stateDir, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
