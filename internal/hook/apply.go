@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
@@ -53,9 +54,13 @@ func run(args []string, stdin io.Reader, lim runLimits) error {
 		// Arguments this hook does not understand (a newer release's spec
 		// after a downgrade) still leave the outcome where the plugin
 		// reads it, when the arguments name the state directory.
-		if dir, ok := stateDirArg(args); ok {
+		if dir, ok := argValue(args, "--state-dir"); ok && filepath.IsAbs(dir) && filepath.Clean(dir) == dir {
 			if state, serr := ParseState(stdin); serr == nil {
-				writeRecord(Config{StateDir: dir}, Request{}, state, swapsettings.Settings{}, nil, 0, fmt.Errorf("container %s: %w", ContainerName(state), err))
+				var known Request // the claim, for its status
+				if uid, ok := argValue(args, "--claim-uid"); ok && limits.IsUID(uid) {
+					known.ClaimUID = uid
+				}
+				writeRecord(Config{StateDir: dir}, known, state, swapsettings.Settings{}, nil, 0, fmt.Errorf("container %s: %w", ContainerName(state), err))
 			}
 		}
 		return err
@@ -74,12 +79,11 @@ func run(args []string, stdin io.Reader, lim runLimits) error {
 	return applyWithin(cfg, req, state, lim)
 }
 
-// stateDirArg is the --state-dir=DIR among args, if one is a clean
-// absolute path.
-func stateDirArg(args []string) (string, bool) {
+// argValue is the value of the argument --name=VALUE among args.
+func argValue(args []string, name string) (string, bool) {
 	for _, a := range args {
-		if dir, ok := strings.CutPrefix(a, "--state-dir="); ok && filepath.IsAbs(dir) && filepath.Clean(dir) == dir {
-			return dir, true
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v, true
 		}
 	}
 	return "", false

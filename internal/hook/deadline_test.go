@@ -118,7 +118,7 @@ func TestArgumentErrorLeavesARecord(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "newer dra.swap release") {
 		t.Fatalf("error %v, want the unknown flag's", err)
 	}
-	if r := readRecord(t, n); !strings.Contains(r.Error, "from-the-future") || r.Container != "worker" {
+	if r := readRecord(t, n); !strings.Contains(r.Error, "from-the-future") || r.Container != "worker" || len(r.Claims) != 1 || r.Claims[0] != claimA {
 		t.Errorf("record %+v, want the unknown flag's error", r)
 	}
 	// Without a usable --state-dir, nothing is written anywhere.
