@@ -46,6 +46,9 @@ type Metrics struct {
 	build     *metrics.GaugeVec
 	// kubeletConfigOK is 1 while the kubelet's swap behavior is known.
 	kubeletConfigOK *metrics.Gauge
+	// hookRuns is 1 once the installed hook ran; registered only when
+	// the plugin installs the hook.
+	hookRuns *metrics.Gauge
 	// claimUsed is registered only when per-claim metrics are on.
 	claimUsed *metrics.GaugeVec
 	names     []string
@@ -128,11 +131,15 @@ func NewMetrics() *Metrics {
 		Namespace: "dra_swap", Name: "kubelet_config_readable",
 		Help: "1 while the kubelet's configuration (--kubelet-config, --kubelet-config-dir) is read and gives its swap behavior, 0 while it cannot be read (swapBehavior published as Unknown; the Node has a KubeletConfigUnreadable event saying why).", StabilityLevel: metrics.ALPHA,
 	})
+	m.hookRuns = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "dra_swap", Name: "hook_runs",
+		Help: "1 when the OCI hook the plugin installed runs where it is installed (its --version), 0 when it does not (the node offers no swap; the Node has a HookNotRunnable event saying why). Only when the plugin installs the hook (--install-hook-from).", StabilityLevel: metrics.ALPHA,
+	})
 	all := []metrics.Registerable{m.kubeletConfigOK, m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
 		m.psi, m.psiOK, m.swapUsed, m.tainted, m.statusErr, m.build}
 	m.registry.MustRegister(all...)
 	m.build.WithLabelValues(version.Get().LabelValues()...).Set(1)
-	for _, c := range append(all, m.claimUsed) {
+	for _, c := range append(all, m.claimUsed, m.hookRuns) {
 		m.names = append(m.names, c.FQName())
 	}
 	for _, key := range []string{v1alpha1.TaintMemoryPressure, v1alpha1.TaintSwapFull, v1alpha1.TaintOvercommitted} {
@@ -199,6 +206,9 @@ func boolValue(b bool) float64 {
 // Names are the names of every metric the plugin can export.
 func (m *Metrics) Names() []string { return slices.Clone(m.names) }
 
+// enableHookRuns registers dra_swap_hook_runs.
+func (m *Metrics) enableHookRuns() { m.registry.MustRegister(m.hookRuns) }
+
 // enableClaimUsage registers the per-claim usage gauges.
 func (m *Metrics) enableClaimUsage() { m.registry.MustRegister(m.claimUsed) }
 
@@ -232,6 +242,8 @@ func (m *Metrics) setNode(offered, total, used int64) {
 }
 
 func (m *Metrics) setKubeletConfigReadable(readable bool) { m.kubeletConfigOK.Set(boolValue(readable)) }
+
+func (m *Metrics) setHookRuns(runs bool) { m.hookRuns.Set(boolValue(runs)) }
 
 // NRIConnected sets dra_swap_nri_connected (nri.Observer).
 func (m *Metrics) NRIConnected(connected bool) { m.nri.Set(boolValue(connected)) }

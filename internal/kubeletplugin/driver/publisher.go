@@ -110,6 +110,9 @@ type Publisher struct {
 	// configUnreadable is the kubelet configuration's state the writer
 	// told the Node of last (false, readable, before the first sync).
 	configUnreadable bool
+	// hookNotRunnable is the hook's state the writer told the Node of
+	// last (false, runs, before the first sync).
+	hookNotRunnable bool
 }
 
 // Event reasons on the Node.
@@ -124,6 +127,11 @@ const (
 	// actionReadKubeletConfig is those events' action, which no taint
 	// event shares (see NodeEvent).
 	actionReadKubeletConfig = "ReadKubeletConfig"
+	// ReasonHookNotRunnable: the installed hook does not run, the node
+	// offers no swap; ReasonHookRuns: it runs again. Action actionRunHook.
+	ReasonHookNotRunnable = "HookNotRunnable"
+	ReasonHookRuns        = "HookRuns"
+	actionRunHook         = "RunHook"
 )
 
 type publishedState struct {
@@ -200,6 +208,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	}
 	p.checkOvercommit(ctx, offerOf(device, reason))
 	p.checkKubeletConfig(facts)
+	p.checkHook(facts)
 	device.Taints = append(device.Taints, p.taints.list()...)
 	if p.Taints != nil && reason == "" {
 		device.Taints = append(device.Taints, p.Taints.Taints()...)
@@ -278,6 +287,23 @@ func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
 	}
 	p.nodeEvent(corev1.EventTypeNormal, ReasonKubeletConfigRead, actionReadKubeletConfig, eventmsg.Note(
 		"The kubelet's configuration is readable again: swapBehavior %s is published", facts.SwapBehavior))
+}
+
+// checkHook tells the Node when the installed hook does not run (the
+// node then offers no swap; at the first check too) and when it runs
+// again: once per change, not on every rescan.
+func (p *Publisher) checkHook(facts discovery.Facts) {
+	notRunnable := facts.HookProblem != ""
+	if notRunnable == p.hookNotRunnable {
+		return
+	}
+	p.hookNotRunnable = notRunnable
+	if notRunnable {
+		p.nodeEvent(corev1.EventTypeWarning, ReasonHookNotRunnable, actionRunHook, eventmsg.Note(
+			"The node offers no swap (capacity 0, taint %s): %s", v1alpha1.TaintNoUsableSwap, facts.HookProblem))
+		return
+	}
+	p.nodeEvent(corev1.EventTypeNormal, ReasonHookRuns, actionRunHook, "The installed hook runs: the node offers swap again")
 }
 
 func (p *Publisher) nodeEvent(eventType, reason, action, message string) {
