@@ -222,7 +222,8 @@ func (p *Plugin) buildLimits(recorder events.EventRecorder) {
 	p.verifier = &limitcheck.Verifier{
 		StateDir:   cfg.HookStateDir,
 		CgroupRoot: filepath.Join(rootOf(cfg.Discovery), "sys", "fs", "cgroup"),
-		Reporter:   &limitReporter{node: cfg.NodeName, metrics: p.metrics, recorder: recorder, initContainer: p.pods.initContainer},
+		Reporter: &limitReporter{node: cfg.NodeName, metrics: p.metrics, recorder: recorder, statuses: p.statuses,
+			initContainer: p.pods.initContainer},
 	}
 	if cfg.NRISocket != "" {
 		p.nri = &nri.Plugin{SocketPath: cfg.NRISocket, HookPath: cfg.HookPath, StateDir: cfg.HookStateDir,

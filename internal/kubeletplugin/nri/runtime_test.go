@@ -390,6 +390,12 @@ func (r *restores) NotRestored(_ context.Context, d limitcheck.Drift, err error)
 	panic(fmt.Sprintf("not restored: %+v: %v", d, err))
 }
 
+func (r *restores) StillNotRestored(_ context.Context, d limitcheck.Drift) {
+	panic(fmt.Sprintf("still not restored: %+v", d))
+}
+
+func (r *restores) Cleared(context.Context, limitcheck.Drift) {}
+
 func (r *restores) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
