@@ -3,15 +3,23 @@
 // touches every page again and again for THRASH_SECONDS (which, beyond its
 // memory limit, keeps it swapping: memory pressure), holds for HOLD_SECONDS
 // and exits 0. An OOM kill shows as exit 137.
+//
+// With PAGEOUT=1 it instead maps ALLOC_MIB MiB, touches it, has the kernel
+// swap it all out (madvise MADV_PAGEOUT: its memory usage falls, its swap
+// usage grows), reports PAGEDOUT, and frees it on SIGUSR1 (then reports
+// FREED), holding for HOLD_SECONDS.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/images/workload/report"
 )
@@ -22,6 +30,10 @@ func main() {
 	thrash := envInt("THRASH_SECONDS", 0)
 	r := read()
 	emit("START", r)
+	if os.Getenv("PAGEOUT") == "1" {
+		pageOut(alloc, time.Duration(hold)*time.Second)
+		return
+	}
 
 	chunks := make([][]byte, 0, alloc)
 	for i := range alloc {
@@ -85,6 +97,7 @@ func read() report.Report {
 		r.MemoryLimitBytes = num(r.Files["memory.max"])
 		r.SwapLimitBytes = num(r.Files["memory.swap.max"])
 		r.SwapUsageBytes = max(num(r.Files["memory.swap.current"]), num(r.Files["memory.swap.peak"]))
+		r.MemoryUsageBytes = num(r.Files["memory.current"])
 		return r
 	}
 	r.CgroupVersion = 1
@@ -99,6 +112,7 @@ func read() report.Report {
 	now := num(r.Files["memory.memsw.usage_in_bytes"]) - num(r.Files["memory.usage_in_bytes"])
 	peak := num(r.Files["memory.memsw.max_usage_in_bytes"]) - num(r.Files["memory.max_usage_in_bytes"])
 	r.SwapUsageBytes = max(now, peak, 0)
+	r.MemoryUsageBytes = num(r.Files["memory.usage_in_bytes"])
 	return r
 }
 
@@ -116,4 +130,42 @@ func num(s string) int64 {
 	}
 	v, _ := strconv.ParseInt(s, 10, 64)
 	return v
+}
+
+// pageOut maps mib MiB, touches them, swaps them out and frees them on
+// SIGUSR1, within hold.
+func pageOut(mib int, hold time.Duration) {
+	freeing := make(chan os.Signal, 1)
+	signal.Notify(freeing, unix.SIGUSR1)
+	mem, err := unix.Mmap(-1, 0, mib<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		fmt.Println("ERROR mmap:", err)
+		os.Exit(1)
+	}
+	for i := 0; i < len(mem); i += 4096 {
+		mem[i] = byte(i>>12) | 1
+	}
+	// Pages still being written out stay in memory after the first
+	// call; a later one frees them. Until memory usage is below an eighth
+	// of the mapping, at most 50 times.
+	r := read()
+	for i := 0; i < 50 && (i == 0 || r.MemoryUsageBytes > int64(mib)<<17); i++ {
+		if err := unix.Madvise(mem, unix.MADV_PAGEOUT); err != nil {
+			fmt.Println("ERROR madvise MADV_PAGEOUT:", err)
+			os.Exit(1)
+		}
+		time.Sleep(100 * time.Millisecond)
+		r = read()
+	}
+	emit("PAGEDOUT", r)
+	select {
+	case <-freeing:
+		if err := unix.Munmap(mem); err != nil {
+			fmt.Println("ERROR munmap:", err)
+			os.Exit(1)
+		}
+		emit("FREED", read())
+		time.Sleep(hold)
+	case <-time.After(hold):
+	}
 }
