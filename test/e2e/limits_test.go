@@ -508,14 +508,17 @@ func readGauge(client *http.Client, url, name string) (float64, error) {
 
 // TestOverGrantAfterMemoryDecrease (item 6 of issue 29; cgroup v1, host
 // node): a container with a 64Mi claim and a 256Mi memory limit (memsw
-// 320Mi) swaps out 240Mi of its memory (MADV_PAGEOUT), then is resized to
-// a 128Mi memory limit. runc lowers memory.limit_in_bytes, but the kernel
-// refuses to lower memsw below the 240Mi+ the container uses (EBUSY), so
-// the container may swap 192Mi instead of 64Mi, and so does the verifier's
-// write of 128Mi + 64Mi. The plugin says so once (SwapLimitNotRestored),
-// shows it in dra_swap_over_granted_bytes and the claim's SwapApplied
-// condition (False, LimitNotHeld), and, once the container frees its
-// memory, writes the claim's limit back and clears both.
+// 320Mi) holds 240Mi, which memory pressure has pushed to swap (the test
+// lowers its memory limit on the node for a moment, under the hook
+// state's lock so that the verifier does not see it), and is then
+// resized to a 128Mi memory limit. runc lowers memory.limit_in_bytes, but
+// the kernel refuses to lower memsw below the 240Mi+ the container uses
+// (EBUSY), so the container may swap 192Mi instead of 64Mi, and so does
+// the verifier's write of 128Mi + 64Mi. The plugin says so once
+// (SwapLimitNotRestored), shows it in dra_swap_over_granted_bytes and the
+// claim's SwapApplied condition (False, LimitNotHeld), and, once the
+// container frees its memory, writes the claim's limit back and clears
+// both.
 func TestOverGrantAfterMemoryDecrease(t *testing.T) {
 	c := loadCluster(t)
 	if c.cgroupVersion(t) != 1 {
@@ -527,19 +530,16 @@ func TestOverGrantAfterMemoryDecrease(t *testing.T) {
 	c.swapTemplate(t, ns, "swap-64", "", claim)
 	pod := c.WorkloadPod(ns, "decreased", map[string]string{"swap": "swap-64"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 240, MemLimit: "256Mi", CPU: "100m", Hold: 1800})
-	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "PAGEOUT", Value: "1"})
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "MMAP", Value: "1"})
 	p := c.createPod(t, pod)
 	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
 	start := time.Now()
-	var paged cluster.Result
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
-		r, ok, err := c.Report(p, "worker", "PAGEDOUT")
-		paged = r
+		_, ok, err := c.Report(p, "worker", "MAPPED")
 		return ok, err
 	}); err != nil {
-		t.Fatalf("the container did not page its memory out: %v", err)
+		t.Fatalf("the container did not map its memory: %v", err)
 	}
-	t.Logf("paged out: memory usage %dMi, swap usage %dMi", paged.MemoryUsageBytes>>20, paged.SwapUsageBytes>>20)
 	version, root, group := c.hostCgroup(t, p, "worker")
 	read := func() int64 {
 		got, err := cgroupswap.ReadLimit(version, root, group)
@@ -550,6 +550,43 @@ func TestOverGrantAfterMemoryDecrease(t *testing.T) {
 	}
 	if got := read(); got != claim {
 		t.Fatalf("before the resize: host swap limit %s, want %s", describeLimit(got), describeLimit(claim))
+	}
+	memDir := filepath.Join(root, "memory", group)
+	file := func(name string) int64 {
+		data, err := os.ReadFile(filepath.Join(memDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	setLimit := func(v int64) error {
+		return os.WriteFile(filepath.Join(memDir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(v, 10)), 0)
+	}
+	// Memory pressure, for a moment: the container's memory goes to swap
+	// (the kernel reclaims as the limit is written; it refuses a limit it
+	// cannot reclaim down to).
+	unlock, err := hookstate.Lock(filepath.Join(c.Dir, "run", "hook"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pressed error
+	for _, low := range []int64{48 * mi, 96 * mi} {
+		if pressed = setLimit(low); pressed == nil {
+			break
+		}
+	}
+	restored := setLimit(256 * mi)
+	unlock()
+	if pressed != nil || restored != nil {
+		t.Fatalf("lowering the container's memory limit for a moment: %v; setting it back to 256Mi: %v", pressed, restored)
+	}
+	t.Logf("pushed to swap: memory usage %dMi, memory+swap usage %dMi", file("memory.usage_in_bytes")>>20, file("memory.memsw.usage_in_bytes")>>20)
+	if got := read(); got != claim {
+		t.Fatalf("after the memory pressure: host swap limit %s, want %s", describeLimit(got), describeLimit(claim))
 	}
 
 	patch := `{"spec":{"containers":[{"name":"worker","resources":{"requests":{"memory":"128Mi","cpu":"100m"},"limits":{"memory":"128Mi","cpu":"100m"}}}]}}`

@@ -4,10 +4,10 @@
 // memory limit, keeps it swapping: memory pressure), holds for HOLD_SECONDS
 // and exits 0. An OOM kill shows as exit 137.
 //
-// With PAGEOUT=1 it instead maps ALLOC_MIB MiB, touches it, has the kernel
-// swap it all out (madvise MADV_PAGEOUT: its memory usage falls, its swap
-// usage grows), reports PAGEDOUT, and frees it on SIGUSR1 (then reports
-// FREED), holding for HOLD_SECONDS.
+// With MMAP=1 it instead maps ALLOC_MIB MiB, touches every page once,
+// reports MAPPED and holds for HOLD_SECONDS, unmapping them on SIGUSR1
+// (then reports FREED): memory that stays where the kernel puts it (in
+// swap, once reclaim pushed it there) and that a test can have freed.
 package main
 
 import (
@@ -30,8 +30,8 @@ func main() {
 	thrash := envInt("THRASH_SECONDS", 0)
 	r := read()
 	emit("START", r)
-	if os.Getenv("PAGEOUT") == "1" {
-		pageOut(alloc, time.Duration(hold)*time.Second)
+	if os.Getenv("MMAP") == "1" {
+		mapped(alloc, time.Duration(hold)*time.Second)
 		return
 	}
 
@@ -132,9 +132,9 @@ func num(s string) int64 {
 	return v
 }
 
-// pageOut maps mib MiB, touches them, swaps them out and frees them on
-// SIGUSR1, within hold.
-func pageOut(mib int, hold time.Duration) {
+// mapped maps mib MiB, touches them and unmaps them on SIGUSR1, within
+// hold.
+func mapped(mib int, hold time.Duration) {
 	freeing := make(chan os.Signal, 1)
 	signal.Notify(freeing, unix.SIGUSR1)
 	mem, err := unix.Mmap(-1, 0, mib<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -145,19 +145,7 @@ func pageOut(mib int, hold time.Duration) {
 	for i := 0; i < len(mem); i += 4096 {
 		mem[i] = byte(i>>12) | 1
 	}
-	// Pages still being written out stay in memory after the first
-	// call; a later one frees them. Until memory usage is below an eighth
-	// of the mapping, at most 50 times.
-	r := read()
-	for i := 0; i < 50 && (i == 0 || r.MemoryUsageBytes > int64(mib)<<17); i++ {
-		if err := unix.Madvise(mem, unix.MADV_PAGEOUT); err != nil {
-			fmt.Println("ERROR madvise MADV_PAGEOUT:", err)
-			os.Exit(1)
-		}
-		time.Sleep(100 * time.Millisecond)
-		r = read()
-	}
-	emit("PAGEDOUT", r)
+	emit("MAPPED", read())
 	select {
 	case <-freeing:
 		if err := unix.Munmap(mem); err != nil {
