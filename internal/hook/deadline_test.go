@@ -61,8 +61,7 @@ func TestOutcomeBeforeTheRuntimeKillsIt(t *testing.T) {
 	case err = <-exited:
 	case <-time.After(TimeoutSeconds * time.Second):
 		_ = cmd.Process.Kill()
-		<-exited
-		t.Fatalf("killed at the runtime's timeout (%ds) like runc kills it; output:\n%s", TimeoutSeconds, out.String())
+		t.Fatalf("killed at the runtime's timeout (%ds) like runc kills it (%v); output:\n%s", TimeoutSeconds, <-exited, out.String())
 	}
 	took := time.Since(start)
 	var exit *exec.ExitError
