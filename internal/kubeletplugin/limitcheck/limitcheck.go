@@ -133,6 +133,11 @@ const (
 // RetryAfter is the wait after the n-th failed write (n ≥ 1).
 func RetryAfter(n int) time.Duration { return FirstRetry << (n - 1) }
 
+// retrySlack lets a pass that comes a moment early count as on time: the
+// interval's ticker runs from one pass's start to the next, and the write
+// it measures from came later in its pass.
+const retrySlack = time.Second
+
 // notHeld is a limit that could not be restored.
 type notHeld struct {
 	drift Drift
@@ -319,7 +324,7 @@ func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgrou
 // due says whether a limit not held is to be written again now (see
 // RetryAfter).
 func (v *Verifier) due(n *notHeld, target cgroupswap.Target) bool {
-	since := v.now().Sub(n.last)
+	since := v.now().Sub(n.last) + retrySlack
 	if n.drift.Attempts <= MaxRetries && since >= RetryAfter(n.drift.Attempts) {
 		return true
 	}
