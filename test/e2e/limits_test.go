@@ -50,6 +50,7 @@ func TestLimitsHoldAfterResize(t *testing.T) {
 	if got, err := read(); err != nil || got != want {
 		t.Fatalf("before any resize: host swap limit %d (%v), want %d", got, err, want)
 	}
+	c.waitNRIConnected(t)
 	updatesBefore := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="update"`)
 	failuresBefore := c.pluginCounter(t, "dra_swap_limit_restore_failures_total", "")
 
@@ -394,9 +395,7 @@ func TestResizeWhileTheHookStateIsLocked(t *testing.T) {
 	if got, err := read(); err != nil || got != want {
 		t.Fatalf("before the resize: host swap limit %d (%v), want %d", got, err, want)
 	}
-	if got := c.pluginCounter(t, "dra_swap_nri_connected", ""); got != 1 {
-		t.Fatalf("dra_swap_nri_connected = %v before the resize, want 1", got)
-	}
+	c.waitNRIConnected(t)
 	_, url, err := c.scrapePlugin(t)
 	if err != nil {
 		t.Fatal(err)
@@ -442,6 +441,24 @@ func TestResizeWhileTheHookStateIsLocked(t *testing.T) {
 }
 
 func describeLimit(b int64) string { return fmt.Sprintf("%dMi", b>>20) }
+
+// waitNRIConnected waits until the plugin is registered with the runtime
+// over NRI, when the node's runtime serves it: a plugin pod that just
+// replaced another (a rollout) registers once the old one let go of the
+// registration, a few seconds later, and a resize before that is only
+// corrected by the NRI synchronization or the verifier's interval.
+func (c *env) waitNRIConnected(t *testing.T) {
+	t.Helper()
+	if c.Env["NRI_DISABLE"] == "1" {
+		return
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		return c.pluginCounter(t, "dra_swap_nri_connected", "") == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the plugin is not registered with the runtime over NRI (dra_swap_nri_connected != 1)")
+	}
+}
 
 // gaugeSamples counts what a gaugeSampler read.
 type gaugeSamples struct{ ones, other, errors int }
