@@ -35,8 +35,9 @@ const (
 	Class  = "swap"
 
 	// HookTimeoutSeconds bounds each hook run; a hook that hangs fails
-	// the container start instead of blocking it forever.
-	HookTimeoutSeconds = 10
+	// the container start instead of blocking it forever. The hook gives
+	// up at half of it, leaving its outcome (see internal/hook.Deadline).
+	HookTimeoutSeconds = hook.TimeoutSeconds
 )
 
 // ClaimEdits is what one prepared claim does to the containers it reaches:

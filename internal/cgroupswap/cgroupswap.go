@@ -188,6 +188,30 @@ func ReadUsage(version int, root, group string) (int64, error) {
 	return 0, fmt.Errorf("unknown cgroup version %d", version)
 }
 
+// MemswUsageFits reports whether a cgroup v1 group's memory+swap usage is
+// within its memory limit plus limitBytes, so that Apply of that swap
+// limit needs no reclaim. The kernel refuses (EBUSY) to lower
+// memory.memsw.limit_in_bytes below the usage when reclaim cannot make
+// room, and reclaim cannot shrink memory+swap by swapping: a container
+// whose memory limit was lowered while it had swapped out memory keeps
+// the larger memory+swap until its usage falls. cgroup v2's
+// memory.swap.max takes any value: an error there.
+func MemswUsageFits(t Target, limitBytes int64) (bool, error) {
+	if t.Version != 1 {
+		return false, fmt.Errorf("%s: memory+swap usage is a cgroup v1 notion, not of v%d", t.what(), t.Version)
+	}
+	dir := cgroup1.NewMemory(t.Root).Path(t.Group)
+	usage, err := readInt(filepath.Join(dir, "memory.memsw.usage_in_bytes"))
+	if err != nil {
+		return false, err
+	}
+	limit, err := readInt(filepath.Join(dir, "memory.limit_in_bytes"))
+	if err != nil {
+		return false, err
+	}
+	return limit < unlimitedV1 && limitBytes <= math.MaxInt64-limit && usage <= limit+limitBytes, nil
+}
+
 // readInt reads a cgroup file holding one integer or "max" (-1).
 func readInt(path string) (int64, error) {
 	data, err := os.ReadFile(path)

@@ -8,20 +8,61 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
-// Run is the whole hook: parse args and stdin, then apply or clean up.
+// The runtime kills a hook that outlives its timeout (TimeoutSeconds, which
+// internal/cdi writes into its specs) with SIGKILL, before the hook can say
+// why. So the hook keeps its own time, well under the runtime's: it waits
+// for the state's lock at most LockWait, and once Deadline has passed,
+// whatever it is still doing (a cgroup write that the kernel's reclaim
+// holds up on a thrashing node), it writes its record, naming the step it
+// was at, and fails the container.
+const (
+	// TimeoutSeconds is each hook's timeout in the CDI specs.
+	TimeoutSeconds = 10
+	// Deadline is half of it.
+	Deadline = TimeoutSeconds * time.Second / 2
+	// LockWait bounds the wait for the state's lock: readers hold it for
+	// a few file reads and cgroup writes, other hooks for their own.
+	LockWait = 3 * time.Second
+)
+
+// runLimits are a run's Deadline and LockWait (tests shorten them).
+type runLimits struct {
+	deadline, lockWait time.Duration
+}
+
+// Run is the whole hook: parse args and stdin, then apply or clean up,
+// within Deadline.
 func Run(args []string, stdin io.Reader) error {
+	return run(args, stdin, runLimits{deadline: Deadline, lockWait: LockWait})
+}
+
+func run(args []string, stdin io.Reader, lim runLimits) error {
 	cfg, req, err := ParseArgs(args)
 	if err != nil {
+		// Arguments this hook does not understand (a newer release's spec
+		// after a downgrade) still leave the outcome where the plugin
+		// reads it, when the arguments name the state directory.
+		if dir, ok := argValue(args, "--state-dir"); ok && filepath.IsAbs(dir) && filepath.Clean(dir) == dir {
+			if state, serr := ParseState(stdin); serr == nil {
+				var known Request // the claim, for its status
+				if uid, ok := argValue(args, "--claim-uid"); ok && limits.IsUID(uid) {
+					known.ClaimUID = uid
+				}
+				writeRecord(Config{StateDir: dir}, known, state, swapsettings.Settings{}, nil, 0, fmt.Errorf("container %s: %w", ContainerName(state), err))
+			}
+		}
 		return err
 	}
 	state, err := ParseState(stdin)
@@ -29,9 +70,52 @@ func Run(args []string, stdin io.Reader) error {
 		return err
 	}
 	if req.Cleanup {
-		return Cleanup(cfg, state)
+		err, timedOut := within(lim.deadline, func(step *progress) error { return cleanup(cfg, state, lim.lockWait, step) })
+		if timedOut {
+			err = fmt.Errorf("container %s: %w", ContainerName(state), err)
+		}
+		return err
 	}
-	return Apply(cfg, req, state)
+	return applyWithin(cfg, req, state, lim)
+}
+
+// argValue is the value of the argument --name=VALUE among args.
+func argValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// progress is the step a run is at, for the message of a run that gave up.
+type progress struct{ step atomic.Pointer[string] }
+
+func (p *progress) set(step string) { p.step.Store(&step) }
+
+func (p *progress) String() string {
+	if s := p.step.Load(); s != nil {
+		return *s
+	}
+	return "starting"
+}
+
+// within runs f and returns its error; when f has not returned after
+// deadline, an error that says so and the step f is at, with timedOut set
+// (f goes on in the background until the process exits).
+func within(deadline time.Duration, f func(*progress) error) (err error, timedOut bool) {
+	step := &progress{}
+	done := make(chan error, 1)
+	go func() { done <- f(step) }()
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err, false
+	case <-timer.C:
+		return fmt.Errorf("gave up after %s %s (the runtime kills the hook after its %ds timeout)", deadline, step, TimeoutSeconds), true
+	}
 }
 
 // Apply records the claim's share for the container and applies the sum of
@@ -39,37 +123,66 @@ func Run(args []string, stdin io.Reader) error {
 // and container changes nothing.
 //
 // The outcome, applied or not, is left in a record for the kubelet plugin
-// to turn into an event on the pod (internal/hookrecord, internal/podevents).
+// to turn into an event on the pod (internal/hookrecord, internal/podevents),
+// within Deadline.
 func Apply(cfg Config, req Request, state *specs.State) error {
-	total, podLimit, version, err := apply(cfg, req, state)
-	if r, ok := hookrecord.FromAnnotations(state.Annotations); ok {
-		r.LimitBytes, r.CgroupVersion, r.Time = total.LimitBytes, version, time.Now()
-		r.PodLimitBytes = req.Share.PodLimitBytes
-		if podLimit != nil {
-			r.PodLimitBytes = podLimit
-		}
+	return applyWithin(cfg, req, state, runLimits{deadline: Deadline, lockWait: LockWait})
+}
+
+func applyWithin(cfg Config, req Request, state *specs.State, lim runLimits) error {
+	var total swapsettings.Settings
+	var podLimit *int64
+	var version int
+	err, timedOut := within(lim.deadline, func(step *progress) error {
+		var err error
+		total, podLimit, version, err = apply(cfg, req, state, lim.lockWait, step)
+		return err
+	})
+	if timedOut {
+		// The run goes on in the background: nothing it found is read.
+		err = fmt.Errorf("container %s: %w", ContainerName(state), err)
+		writeRecord(cfg, req, state, swapsettings.Settings{}, nil, 0, err)
+		return err
+	}
+	writeRecord(cfg, req, state, total, podLimit, version, err)
+	return err
+}
+
+// writeRecord leaves the run's outcome for the kubelet plugin (for a
+// Kubernetes container).
+func writeRecord(cfg Config, req Request, state *specs.State, total swapsettings.Settings, podLimit *int64, version int, err error) {
+	r, ok := hookrecord.FromAnnotations(state.Annotations)
+	if !ok {
+		return
+	}
+	r.LimitBytes, r.CgroupVersion, r.Time = total.LimitBytes, version, time.Now()
+	r.PodLimitBytes = req.Share.PodLimitBytes
+	if podLimit != nil {
+		r.PodLimitBytes = podLimit
+	}
+	if req.ClaimUID != "" {
 		r.Claims = []string{req.ClaimUID}
-		if dir, derr := hookstate.Dir(cfg.StateDir, state.ID); err == nil && derr == nil {
-			if claims, cerr := hookstate.Claims(dir); cerr == nil && len(claims) > 0 {
-				r.Claims = claims
-			}
-		}
-		if err != nil {
-			r.Error = err.Error()
-		}
-		if werr := hookrecord.Write(cfg.StateDir, state.ID, r); werr != nil {
-			// The event is lost; the limit is not.
-			fmt.Fprintf(os.Stderr, "dra-swap-hook: container %s: %v\n", ContainerName(state), werr)
+	}
+	if dir, derr := hookstate.Dir(cfg.StateDir, state.ID); err == nil && derr == nil {
+		if claims, cerr := hookstate.Claims(dir); cerr == nil && len(claims) > 0 {
+			r.Claims = claims
 		}
 	}
-	return err
+	if err != nil {
+		r.Error = err.Error()
+	}
+	if werr := hookrecord.Write(cfg.StateDir, state.ID, r); werr != nil {
+		// The event is lost; the limit is not.
+		fmt.Fprintf(os.Stderr, "dra-swap-hook: container %s: %v\n", ContainerName(state), werr)
+	}
 }
 
 // apply returns the container's settings and the pod budget it applied
 // (nil when none).
-func apply(cfg Config, req Request, state *specs.State) (swapsettings.Settings, *int64, int, error) {
+func apply(cfg Config, req Request, state *specs.State, lockWait time.Duration, step *progress) (swapsettings.Settings, *int64, int, error) {
 	var total swapsettings.Settings
 	name := ContainerName(state)
+	step.set("finding the container's cgroup")
 	if state.Pid <= 0 {
 		return total, nil, 0, fmt.Errorf("container %s: OCI state has no process id (pid %d)", name, state.Pid)
 	}
@@ -103,13 +216,15 @@ func apply(cfg Config, req Request, state *specs.State) (swapsettings.Settings, 
 	// Records change and are applied under the state directory's lock,
 	// which the verifier takes to read them: it never sees them
 	// half-written or half-applied.
-	unlock, err := hookstate.Lock(cfg.StateDir, hookstate.DefaultWriteLockWait)
+	step.set("waiting for the hook state's lock")
+	unlock, err := hookstate.Lock(cfg.StateDir, lockWait)
 	if err != nil {
 		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
 	defer unlock()
 	// The container's record first: with it, the kubelet plugin can find
 	// the cgroup of every container that has a share.
+	step.set("writing the container's records in " + cfg.StateDir)
 	c := hookstate.Container{ID: state.ID, CgroupVersion: target.Version, CgroupGroup: target.Group, OuterCgroupGroup: outer, PodCgroupGroup: pod.Group}
 	if isPod {
 		c.Namespace, c.Pod, c.PodUID, c.Name = r.Namespace, r.Pod, r.PodUID, r.Container
@@ -129,6 +244,7 @@ func apply(cfg Config, req Request, state *specs.State) (swapsettings.Settings, 
 	}
 	// The outer cgroup first: it bounds the container's own.
 	for _, t := range c.Targets(target.Root) {
+		step.set(fmt.Sprintf("writing the container's swap limit to its cgroup %s (cgroup v%d)", t.Group, t.Version))
 		if err := cgroupswap.Apply(t, totals.Container); err != nil {
 			return totals.Container, nil, target.Version, err
 		}
@@ -146,6 +262,7 @@ func apply(cfg Config, req Request, state *specs.State) (swapsettings.Settings, 
 	if podLimit == nil {
 		return totals.Container, nil, target.Version, nil
 	}
+	step.set(fmt.Sprintf("writing the pod's swap budget to its cgroup %s (cgroup v%d)", podTarget.Group, podTarget.Version))
 	if err := cgroupswap.Apply(podTarget, swapsettings.Settings{LimitBytes: *podLimit}); err != nil {
 		return totals.Container, nil, target.Version, fmt.Errorf("container %s: the pod's swap budget: %w", name, err)
 	}
@@ -193,14 +310,16 @@ func isPodCgroup(name, podUID string) bool {
 	return name == "pod"+podUID || strings.HasSuffix(name, "-pod"+strings.ReplaceAll(podUID, "-", "_")+".slice")
 }
 
-// Cleanup removes the container's records (poststop), under the state
+// cleanup removes the container's records (poststop), under the state
 // directory's lock: the verifier never reads them half-removed.
-func Cleanup(cfg Config, state *specs.State) error {
-	unlock, err := hookstate.Lock(cfg.StateDir, hookstate.DefaultWriteLockWait)
+func cleanup(cfg Config, state *specs.State, lockWait time.Duration, step *progress) error {
+	step.set("waiting for the hook state's lock")
+	unlock, err := hookstate.Lock(cfg.StateDir, lockWait)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", ContainerName(state), err)
 	}
 	defer unlock()
+	step.set("removing the container's records from " + cfg.StateDir)
 	if err := hookstate.Remove(cfg.StateDir, state.ID); err != nil {
 		return fmt.Errorf("container %s: %w", ContainerName(state), err)
 	}

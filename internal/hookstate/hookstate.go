@@ -450,10 +450,6 @@ func Lock(stateDir string, wait time.Duration) (unlock func(), err error) {
 	return unlock, err
 }
 
-// DefaultWriteLockWait is how long the hook waits for the state
-// directory's lock.
-const DefaultWriteLockWait = 10 * time.Second
-
 // lockPoll is how often Lock and RLock try again while the lock is held.
 const lockPoll = 5 * time.Millisecond
 

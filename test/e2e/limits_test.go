@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 
@@ -48,6 +50,7 @@ func TestLimitsHoldAfterResize(t *testing.T) {
 	if got, err := read(); err != nil || got != want {
 		t.Fatalf("before any resize: host swap limit %d (%v), want %d", got, err, want)
 	}
+	c.waitNRIConnected(t)
 	updatesBefore := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="update"`)
 	failuresBefore := c.pluginCounter(t, "dra_swap_limit_restore_failures_total", "")
 
@@ -464,5 +467,313 @@ func memoryResized(container, mem string) func(*corev1.Pod) bool {
 			}
 		}
 		return false
+	}
+}
+
+// TestResizeWhileTheHookStateIsLocked (item 4 of issue 29; host node): the
+// hook state's lock is held by another process (this test, on the node,
+// as a hook stuck on a thrashing node would) for longer than NRI's 2 s
+// request timeout while a claimed container is resized in place. The
+// runtime's NRI calls do not wait for it: the resize completes, the
+// plugin stays registered with the runtime (dra_swap_nri_connected reads
+// 1 throughout, sampled every 200 ms: a plugin the runtime dropped
+// reconnects only after 5 s), and once the lock is free the container's
+// limit is the claim's.
+func TestResizeWhileTheHookStateIsLocked(t *testing.T) {
+	c := loadCluster(t)
+	if c.Env["NRI_DISABLE"] == "1" {
+		t.Skip("NRI is off on this node")
+	}
+	defer c.logLimitCounters(t)
+	ns := c.namespace(t)
+	const want = 100 * mi
+	c.swapTemplate(t, ns, "swap-100", "", want)
+	p := c.createPod(t, c.WorkloadPod(ns, "locked", map[string]string{"swap": "swap-100"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "128Mi", CPU: "100m", Hold: 1800}))
+	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
+	version, root, group := c.hostCgroup(t, p, "worker")
+	read := func() (int64, error) { return cgroupswap.ReadLimit(version, root, group) }
+	if got, err := read(); err != nil || got != want {
+		t.Fatalf("before the resize: host swap limit %d (%v), want %d", got, err, want)
+	}
+	c.waitNRIConnected(t)
+	_, url, err := c.scrapePlugin(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampler := sampleGauge(url, "dra_swap_nri_connected", 200*time.Millisecond)
+
+	stateDir := filepath.Join(c.Dir, "run", "hook") // the chart's hookStateDir in this cluster
+	unlock, err := hookstate.Lock(stateDir, 10*time.Second)
+	if err != nil {
+		sampler.stop()
+		t.Fatal(err)
+	}
+	locked := time.Now()
+	patch := `{"spec":{"containers":[{"name":"worker","resources":{"requests":{"memory":"192Mi","cpu":"100m"},"limits":{"memory":"192Mi","cpu":"100m"}}}]}}`
+	if _, err := c.client.CoreV1().Pods(ns).Patch(context.Background(), p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+		unlock()
+		sampler.stop()
+		t.Fatal(err)
+	}
+	c.waitPod(t, ns, p.Name, "the resize applied by the kubelet", podTimeout, resized("192Mi", "100m"))
+	resizedAfter := time.Since(locked)
+	// Past NRI's timeout after the update's last call.
+	time.Sleep(3 * time.Second)
+	unlock()
+	released := time.Now()
+	var got int64
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, cluster.Scaled(30*time.Second), true, func(context.Context) (bool, error) {
+		got, err = read()
+		return err == nil && got == want, nil
+	})
+	heldAgain := time.Since(released)
+	// 5 s more of samples: a drop near the end shows too.
+	time.Sleep(5 * time.Second)
+	samples := sampler.stop()
+	t.Logf("lock held %v; the resize was applied %v after the lock was taken; limit %s %v after it was released; dra_swap_nri_connected samples %s",
+		released.Sub(locked).Round(time.Millisecond), resizedAfter.Round(time.Millisecond), describeLimit(got), heldAgain.Round(time.Millisecond), samples)
+	if err != nil {
+		t.Errorf("host swap limit %d 30 s after the lock was released, want %d", got, want)
+	}
+	if samples.other > 0 || samples.errors > 0 || samples.ones == 0 {
+		t.Errorf("dra_swap_nri_connected was not 1 throughout: %s (the runtime dropped the plugin)", samples)
+	}
+}
+
+func describeLimit(b int64) string { return fmt.Sprintf("%dMi", b>>20) }
+
+// waitNRIConnected waits until the plugin is registered with the runtime
+// over NRI, when the node's runtime serves it: a plugin pod that just
+// replaced another (a rollout) registers once the old one let go of the
+// registration, a few seconds later, and a resize before that is only
+// corrected by the NRI synchronization or the verifier's interval.
+func (c *env) waitNRIConnected(t *testing.T) {
+	t.Helper()
+	if c.Env["NRI_DISABLE"] == "1" {
+		return
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		return c.pluginCounter(t, "dra_swap_nri_connected", "") == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the plugin is not registered with the runtime over NRI (dra_swap_nri_connected != 1)")
+	}
+}
+
+// gaugeSamples counts what a gaugeSampler read.
+type gaugeSamples struct{ ones, other, errors int }
+
+func (s gaugeSamples) String() string {
+	return fmt.Sprintf("%d at 1, %d otherwise, %d failed reads", s.ones, s.other, s.errors)
+}
+
+type gaugeSampler struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+	got  gaugeSamples
+}
+
+// sampleGauge reads the gauge name (a series without labels) from the
+// metrics page at url every interval until stop.
+func sampleGauge(url, name string, interval time.Duration) *gaugeSampler {
+	s := &gaugeSampler{done: make(chan struct{})}
+	client := &http.Client{Timeout: interval * 5}
+	s.wg.Go(func() {
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-time.After(interval):
+			}
+			v, err := readGauge(client, url, name)
+			switch {
+			case err != nil:
+				s.got.errors++
+			case v == 1:
+				s.got.ones++
+			default:
+				s.got.other++
+			}
+		}
+	})
+	return s
+}
+
+func (s *gaugeSampler) stop() gaugeSamples {
+	close(s.done)
+	s.wg.Wait()
+	return s.got
+}
+
+func readGauge(client *http.Client, url, name string) (float64, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no %s", url, name)
+}
+
+// TestOverGrantAfterMemoryDecrease (item 6 of issue 29; cgroup v1, host
+// node): a container with a 64Mi claim and a 256Mi memory limit (memsw
+// 320Mi) holds 240Mi, which memory pressure has pushed to swap (the test
+// lowers its memory limit on the node for a moment, under the hook
+// state's lock so that the verifier does not see it), and is then
+// resized to a 128Mi memory limit. runc lowers memory.limit_in_bytes, but
+// the kernel refuses to lower memsw below the 240Mi+ the container uses
+// (EBUSY), so the container may swap 192Mi instead of 64Mi, and so does
+// the verifier's write of 128Mi + 64Mi. The plugin says so once
+// (SwapLimitNotRestored), shows it in dra_swap_over_granted_bytes and the
+// claim's SwapApplied condition (False, LimitNotHeld), and, once the
+// container frees its memory, writes the claim's limit back and clears
+// both.
+func TestOverGrantAfterMemoryDecrease(t *testing.T) {
+	c := loadCluster(t)
+	if c.cgroupVersion(t) != 1 {
+		t.Skip("cgroup v1 only: v2's memory.swap.max takes any value, and bounds swap alone")
+	}
+	defer c.logLimitCounters(t)
+	ns := c.namespace(t)
+	const claim = 64 * mi
+	c.swapTemplate(t, ns, "swap-64", "", claim)
+	pod := c.WorkloadPod(ns, "decreased", map[string]string{"swap": "swap-64"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 240, MemLimit: "256Mi", CPU: "100m", Hold: 1800})
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "MMAP", Value: "1"})
+	p := c.createPod(t, pod)
+	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
+	start := time.Now()
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		_, ok, err := c.Report(p, "worker", "MAPPED")
+		return ok, err
+	}); err != nil {
+		t.Fatalf("the container did not map its memory: %v", err)
+	}
+	version, root, group := c.hostCgroup(t, p, "worker")
+	read := func() int64 {
+		got, err := cgroupswap.ReadLimit(version, root, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := read(); got != claim {
+		t.Fatalf("before the resize: host swap limit %s, want %s", describeLimit(got), describeLimit(claim))
+	}
+	memDir := filepath.Join(root, "memory", group)
+	file := func(name string) int64 {
+		data, err := os.ReadFile(filepath.Join(memDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	setLimit := func(v int64) error {
+		return os.WriteFile(filepath.Join(memDir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(v, 10)), 0)
+	}
+	// Memory pressure, for a moment: the container's memory goes to swap
+	// (the kernel reclaims as the limit is written; it refuses a limit it
+	// cannot reclaim down to).
+	unlock, err := hookstate.Lock(filepath.Join(c.Dir, "run", "hook"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pressed error
+	for _, low := range []int64{48 * mi, 96 * mi} {
+		if pressed = setLimit(low); pressed == nil {
+			break
+		}
+	}
+	restored := setLimit(256 * mi)
+	unlock()
+	if pressed != nil || restored != nil {
+		t.Fatalf("lowering the container's memory limit for a moment: %v; setting it back to 256Mi: %v", pressed, restored)
+	}
+	t.Logf("pushed to swap: memory usage %dMi, memory+swap usage %dMi", file("memory.usage_in_bytes")>>20, file("memory.memsw.usage_in_bytes")>>20)
+	if got := read(); got != claim {
+		t.Fatalf("after the memory pressure: host swap limit %s, want %s", describeLimit(got), describeLimit(claim))
+	}
+
+	patch := `{"spec":{"containers":[{"name":"worker","resources":{"requests":{"memory":"128Mi","cpu":"100m"},"limits":{"memory":"128Mi","cpu":"100m"}}}]}}`
+	if _, err := c.client.CoreV1().Pods(ns).Patch(context.Background(), p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet lowers the memory limit; memsw stays: 320Mi − 128Mi.
+	var got int64
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		got = read()
+		return got == 192*mi, nil
+	}); err != nil {
+		t.Fatalf("after the resize: host swap limit %s, want 192Mi (memsw 320Mi over a 128Mi memory limit)", describeLimit(got))
+	}
+	c.waitEvent(t, p, corev1.EventTypeWarning, "SwapLimitNotRestored", "is 192Mi, 128Mi more than its claims' 64Mi")
+	claimName := ""
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName != nil {
+			claimName = *s.ResourceClaimName
+		}
+	}
+	c.waitClaimCondition(t, ns, claimName, metav1.ConditionFalse, "container worker: swap limit 192Mi, 128Mi more than its claims grant (64Mi)")
+	if v := c.pluginCounter(t, "dra_swap_over_granted_bytes", ""); v != float64(128*mi) {
+		t.Errorf("dra_swap_over_granted_bytes = %v, want %d", v, 128*mi)
+	}
+	if v := c.pluginCounter(t, "dra_swap_limits_not_restored", ""); v != 1 {
+		t.Errorf("dra_swap_limits_not_restored = %v, want 1", v)
+	}
+
+	// The container frees its memory: its usage fits, and the claim's
+	// limit is written back (at most FirstRetry after the last write, at
+	// the verifier's next pass).
+	freed := time.Now()
+	c.signalContainer(t, version, root, group, syscall.SIGUSR1)
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
+		got = read()
+		return got == claim, nil
+	}); err != nil {
+		t.Fatalf("after the container freed its memory: host swap limit %s, want the claim's %s", describeLimit(got), describeLimit(claim))
+	}
+	t.Logf("the claim's limit held again %v after the container freed its memory", time.Since(freed).Round(time.Millisecond))
+	c.waitClaimCondition(t, ns, claimName, metav1.ConditionTrue, "swap limit applied")
+	if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(30*time.Second), true, func(context.Context) (bool, error) {
+		return c.pluginCounter(t, "dra_swap_limits_not_restored", "") == 0 && c.pluginCounter(t, "dra_swap_over_granted_bytes", "") == 0, nil
+	}); err != nil {
+		t.Errorf("dra_swap_limits_not_restored and dra_swap_over_granted_bytes not back to 0")
+	}
+	t.Logf("took %v from the pod's start", time.Since(start).Round(time.Second))
+}
+
+// signalContainer sends sig to every process of the container's cgroup
+// on the node.
+func (c *env) signalContainer(t *testing.T, version int, root, group string, sig syscall.Signal) {
+	t.Helper()
+	dir := filepath.Join(root, group)
+	if version == 1 {
+		dir = filepath.Join(root, "memory", group)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, sig); err != nil {
+			t.Fatalf("signal process %d of %s: %v", pid, dir, err)
+		}
 	}
 }

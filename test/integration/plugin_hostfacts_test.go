@@ -3,11 +3,13 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -103,4 +105,53 @@ func waitForMetric(t *testing.T, ctx context.Context, port int, line string) {
 	if err != nil {
 		t.Errorf("metrics never held %q: %v; last page:\n%s", line, err, page)
 	}
+}
+
+// TestPluginHookOnANoexecMount: the hook directory is on a noexec mount,
+// where the runtime could not run the hook for any container. The plugin
+// installs the hook, finds that it does not run there, and, without
+// stopping, publishes the device with capacity 0 and the no-usable-swap
+// taint, stores a HookNotRunnable event on the Node naming the mount and
+// exports dra_swap_hook_runs 0; once the mount allows execution, the
+// swap is offered again and the Node told (root: it mounts a tmpfs).
+func TestPluginHookOnANoexecMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounts a noexec tmpfs: needs root")
+	}
+	const hookPath = "/opt/dra-swap/bin/dra-swap-hook"
+	src := filepath.Join(t.TempDir(), "dra-swap-hook")
+	if err := os.WriteFile(src, []byte("#!/bin/sh\necho 'dra-swap-hook test'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	metricsPort := freePort(t)
+	var hookDir string
+	ctx, client, _, _ := runPlugin(t, func(c *driver.Config) {
+		c.HookPath, c.InstallHookFrom = hookPath, src
+		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
+		hookDir = filepath.Join(c.Discovery.Root, filepath.Dir(hookPath))
+		if err := os.MkdirAll(hookDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", hookDir, "tmpfs", unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, "size=16m"); err != nil {
+			t.Skipf("cannot mount a noexec tmpfs here: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := unix.Unmount(hookDir, unix.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v", hookDir, err)
+			}
+		})
+	})
+	unusable := func(d *resourceapi.Device) bool {
+		return capacityIs(0)(d) && attr(d, v1alpha1.AttrUsable) == "false" && len(d.Taints) == 1 && d.Taints[0].Key == v1alpha1.TaintNoUsableSwap
+	}
+	waitForSlice(t, ctx, client, "no swap offered, tainted "+v1alpha1.TaintNoUsableSwap, unusable)
+	waitForNodeEvent(t, ctx, client, driver.ReasonHookNotRunnable, "noexec mount")
+	waitForMetric(t, ctx, metricsPort, "dra_swap_hook_runs 0\n")
+
+	if err := unix.Mount("", hookDir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		t.Fatalf("remount %s with exec: %v", hookDir, err)
+	}
+	waitForSlice(t, ctx, client, "2Gi offered", capacityIs(2*gi))
+	waitForNodeEvent(t, ctx, client, driver.ReasonHookRuns, "offers swap again")
+	waitForMetric(t, ctx, metricsPort, "dra_swap_hook_runs 1\n")
 }

@@ -71,4 +71,8 @@ type Facts struct {
 	KubeletConfigReplaced bool
 	// BootID identifies the current boot (/proc/sys/kernel/random/boot_id).
 	BootID string
+	// HookProblem, when set, says why the OCI hook cannot run where the
+	// kubelet plugin installed it (the plugin's check, not Discover's):
+	// every container with a swap claim would fail to start.
+	HookProblem string
 }

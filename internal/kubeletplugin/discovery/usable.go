@@ -4,8 +4,8 @@ import "fmt"
 
 // Usable reports whether the node can offer swap to pods and, when it
 // cannot, a human-readable reason: there is no active swap device, the
-// devices add up to nothing, the cgroup version is unknown, or the cgroup
-// file that limits a container's swap is missing.
+// devices add up to nothing, the cgroup version is unknown, the cgroup
+// file that limits a container's swap is missing, or the hook cannot run.
 func (f Facts) Usable() (bool, string) {
 	switch {
 	case len(f.Devices) == 0:
@@ -16,6 +16,8 @@ func (f Facts) Usable() (bool, string) {
 		return false, "cgroup version unknown: neither the cgroup v2 hierarchy nor the v1 memory controller is mounted at " + cgroupMount
 	case !f.SwapControl:
 		return false, missingSwapControl(f.CgroupVersion)
+	case f.HookProblem != "":
+		return false, f.HookProblem
 	}
 	return true, ""
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
 )
 
@@ -38,6 +39,10 @@ const (
 	ReasonApplied     = "Applied"
 	ReasonNotApplied  = "NotApplied"
 	ReasonAdminAccess = "AdminAccess"
+	// ReasonLimitNotHeld: a container's limit (or its pod's budget)
+	// differs from its claims and could not be restored
+	// (internal/kubeletplugin/limitcheck), until it holds again.
+	ReasonLimitNotHeld = "LimitNotHeld"
 )
 
 // StatusFieldManager owns the driver's entries in claims' status.devices.
@@ -88,6 +93,10 @@ type claimState struct {
 	written []byte
 	// outcomes by container name.
 	outcomes map[string]outcome
+	// notHeld says, by container name ("" for the pod's budget), why its
+	// limit is not what the claims say (the verifier could not restore
+	// it).
+	notHeld map[string]string
 	// since keeps each device's condition transition time.
 	since map[string]metav1.Time
 	last  map[string]metav1.ConditionStatus
@@ -140,7 +149,7 @@ func (s *claimStatuses) prepared(r prepare.ClaimReport) {
 	st, ok := s.claims[r.Claim.UID]
 	if !ok {
 		st = &claimState{namespace: r.Claim.Namespace, name: r.Claim.Name, uid: r.Claim.UID,
-			outcomes: map[string]outcome{}, since: map[string]metav1.Time{}, last: map[string]metav1.ConditionStatus{}}
+			outcomes: map[string]outcome{}, notHeld: map[string]string{}, since: map[string]metav1.Time{}, last: map[string]metav1.ConditionStatus{}}
 		s.claims[r.Claim.UID] = st
 	}
 	st.report = r
@@ -165,6 +174,52 @@ func (s *claimStatuses) reported(r hookrecord.Record) {
 	for _, uid := range changed {
 		s.queue.Add(uid)
 	}
+}
+
+// limitNotHeld records that a container's limit (or its pod's budget,
+// d.Pod) is not what its claims say and could not be restored, in the
+// claims of the container's pod that reach it; text says so.
+func (s *claimStatuses) limitNotHeld(d limitcheck.Drift, text string) { s.setNotHeld(d, text) }
+
+// limitHeld records that it holds again (or is gone).
+func (s *claimStatuses) limitHeld(d limitcheck.Drift) { s.setNotHeld(d, "") }
+
+func (s *claimStatuses) setNotHeld(d limitcheck.Drift, text string) {
+	name := d.Container.Name
+	if d.Pod {
+		name = ""
+	}
+	s.mu.Lock()
+	var changed []types.UID
+	for _, st := range s.claims {
+		if st.report.Pod.Namespace != d.Container.Namespace || st.report.Pod.Name != d.Container.Pod || !reaches(st.report, name) {
+			continue
+		}
+		if old, ok := st.notHeld[name]; text == old && (ok || text == "") {
+			continue
+		}
+		if text == "" {
+			delete(st.notHeld, name)
+		} else {
+			st.notHeld[name] = text
+		}
+		changed = append(changed, st.uid)
+	}
+	s.mu.Unlock()
+	for _, uid := range changed {
+		s.queue.Add(uid)
+	}
+}
+
+// reaches says whether the claim's results reach the container (any, for
+// the pod's budget: "").
+func reaches(r prepare.ClaimReport, container string) bool {
+	for _, res := range r.Results {
+		if _, ok := res.Containers[container]; ok || container == "" && len(res.Containers) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // unprepared forgets claims (the API server drops the status of a
@@ -289,8 +344,11 @@ func (s *claimStatuses) condition(st *claimState, r prepare.ResultReport) condit
 			"allocated with admin access, which the scheduler does not charge: no swap is granted"}
 	}
 	names := slices.Sorted(maps.Keys(r.Containers))
-	var applied, failed, waiting []string
+	var applied, failed, waiting, notHeld []string
 	for _, name := range names {
+		if text, ok := st.notHeld[name]; ok {
+			notHeld = append(notHeld, text)
+		}
 		o, ok := st.outcomes[name]
 		switch {
 		case !ok:
@@ -308,9 +366,14 @@ func (s *claimStatuses) condition(st *claimState, r prepare.ResultReport) condit
 	list := func(head string, items []string, sep, tail string) string {
 		return head + eventmsg.List(items, sep, 0, eventmsg.ConditionLimit-len(head)-len(tail)) + tail
 	}
+	if text, ok := st.notHeld[""]; ok && len(names) > 0 {
+		notHeld = append(notHeld, text)
+	}
 	switch {
 	case len(failed) > 0:
 		return conditionValue{metav1.ConditionFalse, ReasonNotApplied, list("not applied to ", failed, "; ", "")}
+	case len(notHeld) > 0:
+		return conditionValue{metav1.ConditionFalse, ReasonLimitNotHeld, list(fmt.Sprintf("not held on node %s, and could not be restored: ", s.node), notHeld, "; ", "")}
 	case len(names) == 0:
 		return conditionValue{metav1.ConditionUnknown, ReasonPrepared, fmt.Sprintf("prepared on node %s; no container of the pod uses it", s.node)}
 	case len(waiting) > 0:

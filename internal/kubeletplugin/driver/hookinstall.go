@@ -2,15 +2,24 @@ package driver
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/atomicfile"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 )
 
 // hookMode is the installed hook's mode: runc runs it as root.
@@ -93,4 +102,81 @@ func digest(r io.Reader) ([]byte, error) {
 		return nil, err
 	}
 	return h.Sum(nil), nil
+}
+
+// hookCheckTimeout bounds a run of the installed hook's --version (2 ms
+// on a 2-core machine; a thrashing node pages it in slowly).
+const hookCheckTimeout = 10 * time.Second
+
+// hookCheck runs the hook the plugin installed, where it installed it, as
+// the runtime will (`dra-swap-hook --version`): a hook directory on a
+// noexec mount, a binary for another architecture or a truncated file
+// fails every container with a swap claim at its start, and the node must
+// not offer swap then (discovery.Facts.HookProblem). It checks at
+// start-up and, while the hook does not run, again at each rescan, so that
+// a mount fixed without a restart is noticed; a hook that ran is not run
+// again (on a thrashing node a slow run must not withdraw the offer).
+type hookCheck struct {
+	// path is the hook as the plugin sees it (under the host root),
+	// hostPath as the runtime does (the CDI specs' path).
+	path, hostPath string
+	metrics        *Metrics
+
+	mu      sync.Mutex
+	ran     bool
+	problem string
+}
+
+// Problem says why the installed hook cannot run ("" when it can),
+// checking it as described on hookCheck.
+func (c *hookCheck) Problem(ctx context.Context) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ran {
+		return ""
+	}
+	wasProblem := c.problem
+	c.problem = ""
+	if err := runHook(ctx, c.path); err != nil {
+		c.problem = fmt.Sprintf("the hook %s, which the runtime runs for every container with a swap claim, cannot run where the plugin installed it: %v", c.hostPath, err)
+		if c.problem != wasProblem {
+			klog.FromContext(ctx).Error(err, "The installed hook does not run; the node offers no swap until it does", "hook", c.hostPath)
+		}
+	} else {
+		c.ran = true
+		klog.FromContext(ctx).Info("The installed hook runs", "hook", c.hostPath)
+	}
+	c.metrics.setHookRuns(c.ran)
+	return c.problem
+}
+
+// runHook runs `path --version` and checks that it is dra-swap-hook's
+// answer; the error explains a failure to start it.
+func runHook(ctx context.Context, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, hookCheckTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "--version")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s --version did not finish within %s", path, hookCheckTimeout)
+	case errors.Is(err, fs.ErrPermission) && noexec(filepath.Dir(path)):
+		return fmt.Errorf("%w: its directory is on a noexec mount; set the chart's kubeletPlugin.hookDir (--hook-path) to a directory on a mount that allows execution", err)
+	case err != nil:
+		return fmt.Errorf("%s --version: %w (output %q)", path, err, eventmsg.Truncate(strings.TrimSpace(out.String()), 200))
+	case !strings.HasPrefix(out.String(), hookProgram+" "):
+		return fmt.Errorf("%s --version printed %q, not %s's version", path, eventmsg.Truncate(strings.TrimSpace(out.String()), 200), hookProgram)
+	}
+	return nil
+}
+
+// hookProgram is the hook's name, which starts its --version line.
+const hookProgram = "dra-swap-hook"
+
+// noexec reports whether dir is on a mount that forbids execution.
+func noexec(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Flags&unix.ST_NOEXEC != 0
 }

@@ -38,6 +38,8 @@ type Metrics struct {
 	used      *metrics.Gauge
 	restored  *metrics.CounterVec
 	failed    *metrics.CounterVec
+	notHeld   *metrics.Gauge
+	overBytes *metrics.Gauge
 	nri       *metrics.Gauge
 	psi       *metrics.GaugeVec
 	psiOK     *metrics.Gauge
@@ -49,6 +51,9 @@ type Metrics struct {
 	kubeletConfigOK *metrics.Gauge
 	// keptSpecs counts the checkpoint's unconfirmed entries.
 	keptSpecs *metrics.Gauge
+	// hookRuns is 1 once the installed hook ran; registered only when
+	// the plugin installs the hook.
+	hookRuns *metrics.Gauge
 	// claimUsed is registered only when per-claim metrics are on.
 	claimUsed *metrics.GaugeVec
 	names     []string
@@ -93,8 +98,16 @@ func NewMetrics() *Metrics {
 		}, []string{"trigger"}),
 		failed: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: "dra_swap", Name: "limit_restore_failures_total",
-			Help: "Container swap limits found different from their claims' sum that could not be restored (the pod has a SwapLimitNotRestored event saying why).", StabilityLevel: metrics.ALPHA,
+			Help: "Container swap limits (or pods' swap budgets) found different from their claims' sum that could not be restored, each counted once until it holds again (the pod has a SwapLimitNotRestored event saying why).", StabilityLevel: metrics.ALPHA,
 		}, []string{"trigger"}),
+		notHeld: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "limits_not_restored",
+			Help: "Container swap limits (or pods' swap budgets) that differ from their claims' sum and could not be restored, now (each is in its claims' status, condition SwapApplied, until it holds).", StabilityLevel: metrics.ALPHA,
+		}),
+		overBytes: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: "dra_swap", Name: "over_granted_bytes",
+			Help: "Swap that the limits counted in dra_swap_limits_not_restored allow beyond their claims' sum, now (+Inf for an unlimited one): on cgroup v1, a memory limit lowered while the container had memory swapped out leaves memory+swap where it was until its usage falls.", StabilityLevel: metrics.ALPHA,
+		}),
 		nri: metrics.NewGauge(&metrics.GaugeOpts{
 			Namespace: "dra_swap", Name: "nri_connected",
 			Help: "1 while the plugin is registered with the container runtime over NRI (limits set in the OCI spec and updates corrected), 0 otherwise (the CDI hook and the verifier alone).", StabilityLevel: metrics.ALPHA,
@@ -135,11 +148,15 @@ func NewMetrics() *Metrics {
 		Namespace: "dra_swap", Name: "kept_cdi_specs",
 		Help: "CDI specs of claims kept without a checkpoint entry the API server confirmed (after an unusable checkpoint was set aside): they count against the offer and go when the kubelet unprepares their claims or a later check confirms or removes them (the Node has a CheckpointUnusable or CDISpecsKept event saying why).", StabilityLevel: metrics.ALPHA,
 	})
-	all := []metrics.Registerable{m.kubeletConfigOK, m.keptSpecs, m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
+	m.hookRuns = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "dra_swap", Name: "hook_runs",
+		Help: "1 when the OCI hook the plugin installed runs where it is installed (its --version), 0 when it does not (the node offers no swap; the Node has a HookNotRunnable event saying why). Only when the plugin installs the hook (--install-hook-from).", StabilityLevel: metrics.ALPHA,
+	})
+	all := []metrics.Registerable{m.kubeletConfigOK, m.keptSpecs, m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.notHeld, m.overBytes, m.nri,
 		m.psi, m.psiOK, m.swapUsed, m.tainted, m.statusErr, m.build}
 	m.registry.MustRegister(all...)
 	m.build.WithLabelValues(version.Get().LabelValues()...).Set(1)
-	for _, c := range append(all, m.claimUsed) {
+	for _, c := range append(all, m.claimUsed, m.hookRuns) {
 		m.names = append(m.names, c.FQName())
 	}
 	for _, key := range []string{v1alpha1.TaintMemoryPressure, v1alpha1.TaintSwapFull, v1alpha1.TaintOvercommitted} {
@@ -208,6 +225,9 @@ func boolValue(b bool) float64 {
 // Names are the names of every metric the plugin can export.
 func (m *Metrics) Names() []string { return slices.Clone(m.names) }
 
+// enableHookRuns registers dra_swap_hook_runs.
+func (m *Metrics) enableHookRuns() { m.registry.MustRegister(m.hookRuns) }
+
 // enableClaimUsage registers the per-claim usage gauges.
 func (m *Metrics) enableClaimUsage() { m.registry.MustRegister(m.claimUsed) }
 
@@ -243,6 +263,15 @@ func (m *Metrics) setNode(offered, total, used int64) {
 func (m *Metrics) setKeptSpecs(n int) { m.keptSpecs.Set(float64(n)) }
 
 func (m *Metrics) setKubeletConfigReadable(readable bool) { m.kubeletConfigOK.Set(boolValue(readable)) }
+
+func (m *Metrics) setHookRuns(runs bool) { m.hookRuns.Set(boolValue(runs)) }
+
+// setNotHeld shows the limits not restored and the swap they allow beyond
+// their claims.
+func (m *Metrics) setNotHeld(limits int, overBytes float64) {
+	m.notHeld.Set(float64(limits))
+	m.overBytes.Set(overBytes)
+}
 
 // NRIConnected sets dra_swap_nri_connected (nri.Observer).
 func (m *Metrics) NRIConnected(connected bool) { m.nri.Set(boolValue(connected)) }

@@ -37,6 +37,7 @@ func TestMetricLabelsLeaveTargetLabels(t *testing.T) {
 	targetLabels := []string{"namespace", "pod", "node", "container", "service", "endpoint", "instance", "job"}
 	m := NewMetrics()
 	m.enableClaimUsage()
+	m.enableHookRuns()
 	// Give every vector a series, so that its labels show.
 	m.observe(opPrepare, nil, time.Millisecond)
 	m.restored.WithLabelValues("interval").Inc()

@@ -104,6 +104,8 @@ type hostNode struct {
 	claims     preparedClaims
 	client     kubernetes.Interface
 	driverName string
+	// hook, if set, checks that the hook the plugin installed runs.
+	hook *hookCheck
 }
 
 // preparedClaims are the claims prepared on the node (*prepare.Manager).
@@ -115,6 +117,9 @@ var _ Node = (*hostNode)(nil)
 
 func (n *hostNode) Discover(ctx context.Context) (discovery.Facts, error) {
 	f, err := discovery.Discover(ctx, n.discovery)
+	if err == nil && n.hook != nil {
+		f.HookProblem = n.hook.Problem(ctx)
+	}
 	if err == nil {
 		offer, _ := n.policy.NodeOffer(f)
 		n.metrics.setNode(offer, f.TotalBytes, f.UsedBytes)

@@ -114,6 +114,9 @@ type Publisher struct {
 	// behavior is the kubelet's swap behavior the writer told the Node
 	// of last (NoSwap, which needs no event, before the first sync).
 	behavior string
+	// hookNotRunnable is the hook's state the writer told the Node of
+	// last (false, runs, before the first sync).
+	hookNotRunnable bool
 }
 
 // Event reasons on the Node.
@@ -136,6 +139,11 @@ const (
 	ReasonSwapBehaviorConflict        = "SwapBehaviorConflict"
 	ReasonSwapOfferedUnsafely         = "SwapOfferedUnsafely"
 	ReasonSwapBehaviorConflictCleared = "SwapBehaviorConflictCleared"
+	// ReasonHookNotRunnable: the installed hook does not run, the node
+	// offers no swap; ReasonHookRuns: it runs again. Action actionRunHook.
+	ReasonHookNotRunnable = "HookNotRunnable"
+	ReasonHookRuns        = "HookRuns"
+	actionRunHook         = "RunHook"
 )
 
 type publishedState struct {
@@ -224,6 +232,7 @@ func (p *Publisher) sync(ctx context.Context) (bool, discovery.Facts, error) {
 	p.checkOvercommit(ctx, offerOf(device, reason), reason)
 	p.checkKubeletConfig(facts)
 	p.checkSwapBehavior(ctx, facts, offerOf(device, reason))
+	p.checkHook(facts)
 	device.Taints = append(device.Taints, p.taints.list()...)
 	if p.Taints != nil && reason == "" {
 		device.Taints = append(device.Taints, p.Taints.Taints()...)
@@ -369,6 +378,23 @@ func (p *Publisher) checkSwapBehavior(ctx context.Context, facts discovery.Facts
 	p.nodeEvent(corev1.EventTypeWarning, ReasonSwapOfferedUnsafely, "OfferUnder"+behavior, eventmsg.Note(
 		"The node offers %s of swap to claims although %s. It does because the chart's kubeletPlugin.unsafeOfferSwapUnder (--unsafe-offer-swap-under) names %s; "+
 			"with memorySwap.swapBehavior: NoSwap in the kubelet's configuration it would be safe", quantity(offer), swapdevice.SwapBehaviorRisk(behavior), behavior))
+}
+
+// checkHook tells the Node when the installed hook does not run (the
+// node then offers no swap; at the first check too) and when it runs
+// again: once per change, not on every rescan.
+func (p *Publisher) checkHook(facts discovery.Facts) {
+	notRunnable := facts.HookProblem != ""
+	if notRunnable == p.hookNotRunnable {
+		return
+	}
+	p.hookNotRunnable = notRunnable
+	if notRunnable {
+		p.nodeEvent(corev1.EventTypeWarning, ReasonHookNotRunnable, actionRunHook, eventmsg.Note(
+			"The node offers no swap (capacity 0, taint %s): %s", v1alpha1.TaintNoUsableSwap, facts.HookProblem))
+		return
+	}
+	p.nodeEvent(corev1.EventTypeNormal, ReasonHookRuns, actionRunHook, "The installed hook runs: the node offers swap again")
 }
 
 func (p *Publisher) nodeEvent(eventType, reason, action, message string) {

@@ -153,6 +153,9 @@ type Plugin struct {
 	specs       *specReconciler
 	prefetch    *claimPrefetch
 	driver      *driver
+	// hook checks that the installed hook runs (nil: the plugin does not
+	// install it).
+	hook *hookCheck
 	// failed receives the first fatal background error of the kubelet
 	// plugin helper (driver.fatal); Run stops on it.
 	failed chan error
@@ -176,6 +179,10 @@ func New(ctx context.Context, cfg Config, client kubernetes.Interface) (*Plugin,
 	p := &Plugin{cfg: cfg, client: client, facts: facts, metrics: NewMetrics(), prefetch: &claimPrefetch{client: client},
 		failed: make(chan error, 1)}
 	p.metrics.setKubeletConfigReadable(facts.SwapBehaviorProblem == "")
+	if cfg.InstallHookFrom != "" {
+		p.metrics.enableHookRuns()
+		p.hook = &hookCheck{path: filepath.Join(cfg.Discovery.Root, cfg.HookPath), hostPath: cfg.HookPath, metrics: p.metrics}
+	}
 	// What can fail comes first, so that a failing New leaves nothing
 	// running.
 	if p.node, err = newNodeWatch(client, cfg.NodeName); err != nil {
@@ -231,7 +238,8 @@ func (p *Plugin) buildLimits(recorder events.EventRecorder) {
 	p.verifier = &limitcheck.Verifier{
 		StateDir:   cfg.HookStateDir,
 		CgroupRoot: filepath.Join(rootOf(cfg.Discovery), "sys", "fs", "cgroup"),
-		Reporter:   &limitReporter{node: cfg.NodeName, metrics: p.metrics, recorder: recorder, initContainer: p.pods.initContainer},
+		Reporter: &limitReporter{node: cfg.NodeName, metrics: p.metrics, recorder: recorder, statuses: p.statuses,
+			initContainer: p.pods.initContainer},
 	}
 	if cfg.NRISocket != "" {
 		p.nri = &nri.Plugin{SocketPath: cfg.NRISocket, HookPath: cfg.HookPath, StateDir: cfg.HookStateDir,
@@ -254,7 +262,7 @@ func (p *Plugin) buildPublisher(ctx context.Context, recorder events.EventRecord
 	p.publisher = &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, Reporter: reporter, Clock: clock.RealClock{},
 		LockPath: filepath.Join(cfg.PluginDataDir, "publish.lock"),
 		Node: &hostNode{discovery: cfg.Discovery, policy: cfg.Policy, metrics: p.metrics, watch: p.node, claims: p.manager,
-			client: p.client, driverName: cfg.DriverName}}
+			client: p.client, driverName: cfg.DriverName, hook: p.hook}}
 	if monitor == nil {
 		return
 	}
@@ -429,7 +437,8 @@ func (p *Plugin) startUp(ctx context.Context) error {
 	return nil
 }
 
-// installHook copies InstallHookFrom to HookPath under the host root.
+// installHook copies InstallHookFrom to HookPath under the host root and
+// checks that it runs there.
 func (p *Plugin) installHook(ctx context.Context) error {
 	if p.cfg.InstallHookFrom == "" {
 		return nil
@@ -445,6 +454,9 @@ func (p *Plugin) installHook(ctx context.Context) error {
 	} else {
 		logger.Info("Hook already installed, identical", "from", p.cfg.InstallHookFrom, "to", dst)
 	}
+	// A hook that does not run there is no reason to stop: the plugin
+	// runs on, offering no swap and saying why (the publisher asks again).
+	p.hook.Problem(ctx)
 	return nil
 }
 

@@ -6,6 +6,13 @@
 // hold which limit, reads each container's cgroup back, and writes the
 // recorded value again where they differ, reporting what it found and what
 // it wrote. It decides nothing: the records say what the limit is.
+//
+// A limit that cannot be written back stays reported as not held, once,
+// until it holds again or its cgroup is gone, and is written again on a
+// schedule that ends (see RetryAfter): on cgroup v1, a memory limit
+// lowered while the container had swapped out memory leaves memory+swap
+// where it was, and the kernel refuses (EBUSY) to lower it below what the
+// container uses until its usage falls.
 package limitcheck
 
 import (
@@ -20,6 +27,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
@@ -35,21 +43,62 @@ type Drift struct {
 	// Pod says the drifted limit is the pod's swap budget (the
 	// container's parent cgroup), not the container's own limit.
 	Pod bool
+	// Group is the cgroup read: the container's own, its outer cgroup
+	// (crun's scope), or the pod's.
+	Group string
 	// Found is what was read (Unreadable if it could not be), Want what
 	// the records say.
 	Found, Want int64
 	// Trigger says what made the verifier look ("interval", "update",
 	// "start-up", …).
 	Trigger string
+	// Since is when the limit was first found not held (zero for a
+	// limit that was written back at once).
+	Since time.Time
+	// Attempts counts the writes that failed since then.
+	Attempts int
+}
+
+// Key names the limit: the container's own, or its pod's budget (one per
+// pod cgroup, whichever container's check found it).
+func (d Drift) Key() string {
+	if d.Pod {
+		return "pod " + d.Container.PodCgroupGroup
+	}
+	if d.Group != "" && d.Group != d.Container.CgroupGroup {
+		return "container " + d.Container.ID + " " + d.Group
+	}
+	return "container " + d.Container.ID
+}
+
+// OverBytes is how much more swap the limit allows than the records say
+// (0 when it allows less, or could not be read).
+func (d Drift) OverBytes() int64 {
+	if d.Found == Unreadable || d.Want < 0 {
+		return 0
+	}
+	if d.Found < 0 { // unlimited
+		return math.MaxInt64
+	}
+	return max(d.Found-d.Want, 0)
 }
 
 // Reporter is told about every drift.
 type Reporter interface {
-	// Restored: want was written and read back.
+	// Restored: want was written and read back (also a limit that was
+	// not held before).
 	Restored(ctx context.Context, d Drift)
 	// NotRestored: writing failed, or the limit still differs after
-	// writing, or it could not be read (Found is Unreadable).
+	// writing, or it could not be read (Found is Unreadable). Told once
+	// per limit until it is Restored or Cleared.
 	NotRestored(ctx context.Context, d Drift, err error)
+	// StillNotRestored: a limit told NotRestored still differs; Found is
+	// what it is now, Attempts how many writes failed.
+	StillNotRestored(ctx context.Context, d Drift)
+	// Cleared: a limit told NotRestored holds again without the
+	// verifier's write (another write, a later resize), or its cgroup
+	// is gone (Found is Unreadable then).
+	Cleared(ctx context.Context, d Drift)
 }
 
 // Outcome is what one check of one container did.
@@ -67,10 +116,39 @@ const (
 	// Busy: the hook was changing records all the time the check waited
 	// (LockWait); nothing was read or written.
 	Busy
+	// NotHeld: the limit differs and could not be restored before; it is
+	// left until its next attempt (RetryAfter), or failed again.
+	NotHeld
 )
 
 func (o Outcome) String() string {
-	return [...]string{"gone", "held", "restored", "failed", "busy"}[o]
+	return [...]string{"gone", "held", "restored", "failed", "busy", "not held"}[o]
+}
+
+// A limit that could not be written back is written again at most
+// MaxRetries times, RetryAfter(n) after the n-th failed write (30 s, 1, 2,
+// 4 and 8 minutes: the last 15.5 minutes after the first failure); on
+// cgroup v1, also whenever the cgroup's memory+swap usage fits the limit
+// (the kernel then accepts it), at most once per FirstRetry. Between those
+// it is only read, which tells when it holds again.
+const (
+	FirstRetry = 30 * time.Second
+	MaxRetries = 5
+)
+
+// RetryAfter is the wait after the n-th failed write (n ≥ 1).
+func RetryAfter(n int) time.Duration { return FirstRetry << (n - 1) }
+
+// retrySlack lets a pass that comes a moment early count as on time: the
+// interval's ticker runs from one pass's start to the next, and the write
+// it measures from came later in its pass.
+const retrySlack = time.Second
+
+// notHeld is a limit that could not be restored.
+type notHeld struct {
+	drift Drift
+	// last is the last write's time.
+	last time.Time
 }
 
 // DefaultLockWait is how long a check waits for the hook to finish
@@ -86,9 +164,22 @@ type Verifier struct {
 	// LockWait bounds how long a check waits for the hook to finish
 	// changing records (see hookstate.RLock); zero: DefaultLockWait.
 	LockWait time.Duration
+	// Clock is the clock (clock.RealClock when nil).
+	Clock clock.PassiveClock
 	// mu orders checks: an NRI event and the interval never write one
-	// container's cgroup at once.
+	// container's cgroup at once. It guards notHeld.
 	mu sync.Mutex
+	// notHeld are the limits that could not be restored, by Drift.Key.
+	notHeld map[string]*notHeld
+	// write writes a limit (cgroupswap.Apply; tests fake the kernel).
+	write func(cgroupswap.Target, swapsettings.Settings) error
+}
+
+func (v *Verifier) now() time.Time {
+	if v.Clock == nil {
+		return time.Now()
+	}
+	return v.Clock.Now()
 }
 
 // Check compares one container's limit with its records and restores it.
@@ -150,10 +241,12 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string, budge
 	outcome := Held
 	for _, target := range c.Targets(v.CgroupRoot) {
 		o, err := v.hold(ctx, c, target, false, totals.Container, trigger)
-		if o == Gone || o == Failed {
+		switch {
+		case o == Gone || o == Failed:
 			return o, err
-		}
-		if o == Restored {
+		case o == NotHeld:
+			outcome = NotHeld
+		case o == Restored && outcome == Held:
 			outcome = Restored
 		}
 	}
@@ -171,48 +264,136 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string, budge
 		switch {
 		case podOutcome == Failed:
 			return Failed, err
-		case podOutcome == Restored:
+		case podOutcome == NotHeld:
+			outcome = NotHeld
+		case podOutcome == Restored && outcome == Held:
 			outcome = Restored
 		}
 	}
 	return outcome, nil
 }
 
-// hold reads one cgroup's swap limit and writes want back if it differs.
+// hold reads one cgroup's swap limit and writes want back if it differs:
+// at once the first time, then as RetryAfter says while it cannot be
+// written.
 func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgroupswap.Target, pod bool, want swapsettings.Settings, trigger string) (Outcome, error) {
-	d := Drift{Container: c, Pod: pod, Want: want.LimitBytes, Trigger: trigger}
+	d := Drift{Container: c, Pod: pod, Group: target.Group, Want: want.LimitBytes, Trigger: trigger}
+	key := d.Key()
+	if v.notHeld == nil {
+		v.notHeld = map[string]*notHeld{}
+	}
+	prev := v.notHeld[key]
 	found, err := cgroupswap.ReadLimit(target.Version, target.Root, target.Group)
+	if prev != nil && prev.drift.Want != d.Want {
+		// The records changed: what could not be restored is not what
+		// is wanted now.
+		v.forget(ctx, key, found)
+		prev = nil
+	}
 	if err != nil {
 		if v.gone(target) {
+			v.forget(ctx, key, Unreadable)
 			return Gone, nil
 		}
 		d.Found = Unreadable
-		v.Reporter.NotRestored(ctx, d, err)
-		return Failed, fmt.Errorf("%s: read its swap limit: %w", describe(target), err)
+		if prev != nil {
+			return v.still(ctx, prev, d), nil
+		}
+		return v.failed(ctx, d, nil, fmt.Errorf("%s: read its swap limit: %w", describe(target), err))
 	}
 	if found == want.LimitBytes {
+		v.forget(ctx, key, found)
 		return Held, nil
 	}
 	d.Found = found
-	if err := cgroupswap.Apply(target, want); err != nil {
-		if v.gone(target) {
-			return Gone, nil
-		}
-		v.Reporter.NotRestored(ctx, d, err)
-		return Failed, err
+	if prev != nil && !v.due(prev, target) {
+		return v.still(ctx, prev, d), nil
 	}
-	after, err := cgroupswap.ReadLimit(target.Version, target.Root, target.Group)
-	if err == nil && after != want.LimitBytes {
-		err = fmt.Errorf("wrote %d but read back %d", want.LimitBytes, after)
+	write := v.write
+	if write == nil {
+		write = cgroupswap.Apply
+	}
+	err = write(target, want)
+	if err != nil && v.gone(target) {
+		v.forget(ctx, key, Unreadable)
+		return Gone, nil
+	}
+	if err == nil {
+		var after int64
+		if after, err = cgroupswap.ReadLimit(target.Version, target.Root, target.Group); err == nil && after != want.LimitBytes {
+			err = fmt.Errorf("wrote %d but read back %d", want.LimitBytes, after)
+		}
 	}
 	if err != nil {
-		v.Reporter.NotRestored(ctx, d, err)
-		return Failed, fmt.Errorf("%s: %w", describe(target), err)
+		return v.failed(ctx, d, prev, fmt.Errorf("%s: %w", describe(target), err))
+	}
+	if prev != nil {
+		delete(v.notHeld, key)
+		d.Since, d.Attempts = prev.drift.Since, prev.drift.Attempts
 	}
 	klog.FromContext(ctx).Info("Swap limit restored", "container", c.String(), "containerID", c.ID, "podBudget", pod, "cgroup", target.Group,
 		"found", found, "wrote", want.LimitBytes, "trigger", trigger)
 	v.Reporter.Restored(ctx, d)
 	return Restored, nil
+}
+
+// due says whether a limit not held is to be written again now (see
+// RetryAfter).
+func (v *Verifier) due(n *notHeld, target cgroupswap.Target) bool {
+	since := v.now().Sub(n.last) + retrySlack
+	if n.drift.Attempts <= MaxRetries && since >= RetryAfter(n.drift.Attempts) {
+		return true
+	}
+	if target.Version != 1 || since < FirstRetry {
+		return false
+	}
+	fits, err := cgroupswap.MemswUsageFits(target, n.drift.Want)
+	return err == nil && fits
+}
+
+// failed records a write (or read) that failed: the first for a limit is
+// reported NotRestored, with the error (Failed); a later one, after a
+// retry, StillNotRestored (NotHeld).
+func (v *Verifier) failed(ctx context.Context, d Drift, prev *notHeld, err error) (Outcome, error) {
+	now := v.now()
+	if prev == nil {
+		d.Since, d.Attempts = now, 1
+		v.notHeld[d.Key()] = &notHeld{drift: d, last: now}
+		v.Reporter.NotRestored(ctx, d, err)
+		return Failed, err
+	}
+	d.Since, d.Attempts = prev.drift.Since, prev.drift.Attempts+1
+	prev.drift, prev.last = d, now
+	klog.FromContext(ctx).V(2).Info("Swap limit still not restored", "container", d.Container.String(), "podBudget", d.Pod,
+		"found", d.Found, "want", d.Want, "attempts", d.Attempts, "err", err)
+	v.Reporter.StillNotRestored(ctx, d)
+	return NotHeld, nil
+}
+
+// still is a limit not held that was only read: the reporter hears of
+// it when what was found changed.
+func (v *Verifier) still(ctx context.Context, n *notHeld, d Drift) Outcome {
+	changed := n.drift.Found != d.Found
+	n.drift.Container, n.drift.Found, n.drift.Trigger = d.Container, d.Found, d.Trigger
+	if changed {
+		v.Reporter.StillNotRestored(ctx, n.drift)
+	}
+	return NotHeld
+}
+
+// forget drops a limit not held that holds again, or whose cgroup is gone
+// (found is then Unreadable), and tells the reporter.
+func (v *Verifier) forget(ctx context.Context, key string, found int64) {
+	n, ok := v.notHeld[key]
+	if !ok {
+		return
+	}
+	delete(v.notHeld, key)
+	d := n.drift
+	d.Found = found
+	klog.FromContext(ctx).Info("Swap limit no longer reported as not restored", "container", d.Container.String(), "podBudget", d.Pod,
+		"found", found, "want", d.Want, "since", d.Since)
+	v.Reporter.Cleared(ctx, d)
 }
 
 func describe(t cgroupswap.Target) string {
@@ -235,6 +416,9 @@ func (v *Verifier) gone(t cgroupswap.Target) bool {
 // Summary counts a pass's outcomes.
 type Summary struct {
 	Held, Restored, Failed, Removed int
+	// NotHeld counts the containers whose limit (or pod budget) could
+	// not be restored before and still differs.
+	NotHeld int
 	// Busy counts the containers not checked because the hook was
 	// changing records all the time the pass waited.
 	Busy int
@@ -306,6 +490,8 @@ func (v *Verifier) checkAll(ctx context.Context, trigger string, minAge time.Dur
 		case Failed:
 			sum.Failed++
 			errs = append(errs, err)
+		case NotHeld:
+			sum.NotHeld++
 		case Gone:
 			if podUID != "" {
 				continue
@@ -315,6 +501,19 @@ func (v *Verifier) checkAll(ctx context.Context, trigger string, minAge time.Dur
 				errs = append(errs, err)
 			} else if removed {
 				sum.Removed++
+			}
+		}
+	}
+	// A limit not held whose container's records are gone (poststop
+	// removed them, or this pass did) went with them.
+	if left, err := hookstate.List(v.StateDir); err == nil {
+		live := make(map[string]bool, len(left))
+		for _, id := range left {
+			live[id] = true
+		}
+		for key, n := range v.notHeld {
+			if !live[n.drift.Container.ID] {
+				v.forget(ctx, key, Unreadable)
 			}
 		}
 	}

@@ -6,12 +6,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
@@ -32,16 +37,28 @@ type report struct {
 	found, want int64
 	trigger     string
 	err         error
+	// still and cleared mark StillNotRestored and Cleared; attempts is
+	// the drift's.
+	still, cleared bool
+	attempts       int
 }
 
 type fakeReporter struct{ reports []report }
 
+func (f *fakeReporter) StillNotRestored(_ context.Context, d Drift) {
+	f.reports = append(f.reports, report{still: true, pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger, attempts: d.Attempts})
+}
+
+func (f *fakeReporter) Cleared(_ context.Context, d Drift) {
+	f.reports = append(f.reports, report{cleared: true, pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger, attempts: d.Attempts})
+}
+
 func (f *fakeReporter) Restored(_ context.Context, d Drift) {
-	f.reports = append(f.reports, report{restored: true, pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger})
+	f.reports = append(f.reports, report{restored: true, pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger, attempts: d.Attempts})
 }
 
 func (f *fakeReporter) NotRestored(_ context.Context, d Drift, err error) {
-	f.reports = append(f.reports, report{pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger, err: err})
+	f.reports = append(f.reports, report{pod: d.Pod, found: d.Found, want: d.Want, trigger: d.Trigger, err: err, attempts: d.Attempts})
 }
 
 func write(t *testing.T, path, content string) {
@@ -353,7 +370,7 @@ func TestCheckWhileTheHookWrites(t *testing.T) {
 
 	// The hook of a second claim, half-way: its share is recorded, the
 	// container's sum not yet written.
-	unlock, err := hookstate.Lock(n.stateDir, hookstate.DefaultWriteLockWait)
+	unlock, err := hookstate.Lock(n.stateDir, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,6 +438,150 @@ func TestCheckCrunScope(t *testing.T) {
 			}
 			if len(rep.reports) != tc.wantReports {
 				t.Errorf("reports %+v, want %d", rep.reports, tc.wantReports)
+			}
+		})
+	}
+}
+
+// kernelV1 writes a v1 limit as the kernel takes it: memory+swap below
+// the cgroup's memory+swap usage is refused (EBUSY; reclaim cannot swap
+// its way there). writes counts the calls.
+type kernelV1 struct {
+	writes int
+}
+
+func (k *kernelV1) write(t cgroupswap.Target, s swapsettings.Settings) error {
+	k.writes++
+	dir := filepath.Join(t.Root, "memory", t.Group)
+	num := func(name string) int64 {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return 0
+		}
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+		return v
+	}
+	if memsw := num("memory.limit_in_bytes") + s.LimitBytes; num("memory.memsw.usage_in_bytes") > memsw {
+		file := filepath.Join(dir, "memory.memsw.limit_in_bytes")
+		return fmt.Errorf("container %s: set %s to %d: %w", t.Container, file, memsw, &os.PathError{Op: "write", Path: file, Err: syscall.EBUSY})
+	}
+	return cgroupswap.Apply(t, s)
+}
+
+// TestOverGrantAfterAMemoryDecrease (cgroup v1): a resize lowered the
+// container's memory limit from 128Mi to 64Mi while it had memory swapped
+// out; memory+swap stayed at 128Mi + the claim's 100Mi, so the container
+// may swap 164Mi, and the kernel refuses to lower memory+swap below the
+// 200Mi it uses. The verifier reports it once (NotRestored), writes it
+// again 5 times on the schedule (30 s, 1, 2, 4, 8 minutes), then only
+// reads it; once the usage fits, it writes it back (Restored).
+func TestOverGrantAfterAMemoryDecrease(t *testing.T) {
+	n := newNode(t, 1, 100*mi)
+	dir := filepath.Join(n.cgroupRoot, "memory", group)
+	write(t, filepath.Join(dir, "memory.limit_in_bytes"), fmt.Sprint(64*mi))
+	write(t, n.file, fmt.Sprint(228*mi))
+	write(t, filepath.Join(dir, "memory.memsw.usage_in_bytes"), fmt.Sprint(200*mi))
+	rep := &fakeReporter{}
+	kernel := &kernelV1{}
+	start := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakePassiveClock(start)
+	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep, Clock: clk, write: kernel.write}
+	ctx := context.Background()
+
+	sum, err := v.CheckAll(ctx, "interval", time.Minute)
+	if sum != (Summary{Failed: 1}) || !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("first pass %+v, %v; want one failed with EBUSY", sum, err)
+	}
+	if len(rep.reports) != 1 || rep.reports[0].still || rep.reports[0].found != 164*mi || rep.reports[0].want != 100*mi || !errors.Is(rep.reports[0].err, syscall.EBUSY) {
+		t.Fatalf("reports %+v, want one NotRestored of 164Mi found, 100Mi wanted, EBUSY", rep.reports)
+	}
+	// Half an hour of passes every 10 s, each a moment early (a ticker
+	// measures from the last pass's start, the write came later in it).
+	var writesAt []time.Duration
+	for at := 10*time.Second - 20*time.Millisecond; at <= 30*time.Minute; at += 10 * time.Second {
+		clk.SetTime(start.Add(at))
+		before := kernel.writes
+		sum, err := v.CheckAll(ctx, "interval", time.Minute)
+		if sum != (Summary{NotHeld: 1}) || err != nil {
+			t.Fatalf("pass at %v: %+v, %v; want one not held, no error", at, sum, err)
+		}
+		if kernel.writes > before {
+			writesAt = append(writesAt, at)
+		}
+	}
+	early := 20 * time.Millisecond
+	want := []time.Duration{30*time.Second - early, 90*time.Second - early, 210*time.Second - early, 450*time.Second - early, 930*time.Second - early}
+	if !slices.Equal(writesAt, want) {
+		t.Errorf("writes again at %v, want at %v (then none)", writesAt, want)
+	}
+	notRestored, still := 0, 0
+	for _, r := range rep.reports {
+		switch {
+		case r.still:
+			still++
+		case !r.restored && !r.cleared:
+			notRestored++
+		}
+	}
+	if notRestored != 1 || still != MaxRetries || rep.reports[len(rep.reports)-1].attempts != 1+MaxRetries {
+		t.Errorf("reports %+v: want one NotRestored, then %d StillNotRestored up to %d attempts", rep.reports, MaxRetries, 1+MaxRetries)
+	}
+	// The container frees memory: its usage fits, and the next pass
+	// writes the limit back.
+	rep.reports = nil
+	write(t, filepath.Join(dir, "memory.memsw.usage_in_bytes"), fmt.Sprint(150*mi))
+	clk.SetTime(start.Add(30*time.Minute + 10*time.Second))
+	if sum, err := v.CheckAll(ctx, "interval", time.Minute); sum != (Summary{Restored: 1}) || err != nil {
+		t.Fatalf("after the usage fell: %+v, %v; want one restored", sum, err)
+	}
+	if f := read(t, n.file); f != fmt.Sprint(164*mi) {
+		t.Errorf("memsw = %s, want 64Mi + 100Mi", f)
+	}
+	if len(rep.reports) != 1 || !rep.reports[0].restored || rep.reports[0].attempts != 1+MaxRetries {
+		t.Errorf("reports %+v, want one Restored", rep.reports)
+	}
+	if sum, _ := v.CheckAll(ctx, "interval", time.Minute); sum != (Summary{Held: 1}) {
+		t.Errorf("then %+v, want held", sum)
+	}
+}
+
+// A limit not held is let go when it holds again without the verifier
+// (a later resize wrote it), or when its container is gone.
+func TestNotHeldCleared(t *testing.T) {
+	for _, how := range []string{"written by someone else", "container gone"} {
+		t.Run(how, func(t *testing.T) {
+			n := newNode(t, 2, 64*mi)
+			write(t, n.file, "0\n")
+			rep := &fakeReporter{}
+			v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: rep,
+				write: func(cgroupswap.Target, swapsettings.Settings) error { return syscall.EACCES }}
+			ctx := context.Background()
+			if got, _ := v.Check(ctx, ctrID, "update"); got != Failed {
+				t.Fatalf("first check %s, want failed", got)
+			}
+			if got, _ := v.Check(ctx, ctrID, "update"); got != NotHeld {
+				t.Fatalf("second check %s, want not held (no write before 30 s)", got)
+			}
+			switch how {
+			case "written by someone else":
+				write(t, n.file, fmt.Sprint(64*mi))
+				if sum, err := v.CheckAll(ctx, "interval", time.Minute); sum != (Summary{Held: 1}) || err != nil {
+					t.Fatalf("pass %+v, %v; want held", sum, err)
+				}
+			default:
+				if err := hookstate.Remove(n.stateDir, ctrID); err != nil {
+					t.Fatal(err)
+				}
+				if sum, err := v.CheckAll(ctx, "interval", time.Minute); sum != (Summary{}) || err != nil {
+					t.Fatalf("pass %+v, %v; want nothing", sum, err)
+				}
+			}
+			last := rep.reports[len(rep.reports)-1]
+			if len(rep.reports) != 2 || !last.cleared {
+				t.Errorf("reports %+v, want NotRestored, then Cleared", rep.reports)
+			}
+			if len(v.notHeld) != 0 {
+				t.Errorf("still tracked: %v", v.notHeld)
 			}
 		})
 	}

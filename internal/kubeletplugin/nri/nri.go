@@ -14,12 +14,20 @@
 //     resize, CPU manager): the update is corrected before the runtime
 //     applies it (v2: memory.swap.max; containerd drops a v1 memory.swap in
 //     an update, so on v1 the value is also set but does not hold).
-//   - PostUpdateContainer: the container is verified (package limitcheck) and
-//     a drifted limit restored, which is what keeps v1 right after a resize.
+//   - PostUpdateContainer: the container's verification (package limitcheck)
+//     is queued, and a drifted limit restored, which is what keeps v1 right
+//     after a resize.
 //   - PostUpdateContainer, UpdatePodSandbox, PostUpdatePodSandbox: the pod is
 //     watched for a while (podWatch), because the kubelet's update of the
 //     pod's own cgroup, which resets its budget under systemd, follows.
 //   - Synchronize (on every connection): every container is verified.
+//
+// The runtime holds its NRI lock, which every container create, update and
+// stop on the node waits for, while it calls a plugin, and drops a plugin
+// whose call outlives its request timeout (2 s). So no callback waits for
+// anything: the verifications are queued and a worker runs them (see
+// checkQueue), CreateContainer only parses the container's hooks, and
+// UpdateContainer reads the container's records for at most CallbackBudget.
 //
 // The hook's records say which containers need which limit; the plugin
 // keeps no state of its own. It decides nothing either: the numbers come
@@ -34,6 +42,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,7 +104,16 @@ type Plugin struct {
 
 	connected atomic.Bool
 	status    atomic.Pointer[string]
+	// checks are the verifications the callbacks asked for (set by Run).
+	checks *checkQueue
 }
+
+// CallbackBudget bounds how long UpdateContainer reads the container's
+// records (a few small files on the hook state's tmpfs, whose pages a
+// thrashing node may have swapped out) before it answers without a
+// correction: a tenth of NRI's default request timeout (2 s). The queued
+// verification restores the limit after the update then.
+const CallbackBudget = 200 * time.Millisecond
 
 // Connected reports whether the runtime has the plugin registered.
 func (p *Plugin) Connected() bool { return p.connected.Load() }
@@ -127,6 +145,10 @@ func (p *Plugin) Run(ctx context.Context) {
 	if retry <= 0 {
 		retry = 5 * time.Second
 	}
+	p.checks = newCheckQueue()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { p.checks.run(ctx, p.Verifier) })
 	if p.LockPath != "" {
 		unlock, err := p.lock(ctx, retry)
 		if err != nil {
@@ -241,12 +263,9 @@ type handler struct {
 	pods *podWatch
 }
 
-func (h *handler) Synchronize(ctx context.Context, _ []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
-	sum, err := h.p.Verifier.CheckAll(ctx, "nri-synchronize", time.Minute)
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Verifying swap limits at NRI synchronization")
-	}
-	klog.FromContext(ctx).V(2).Info("Verified swap limits at NRI synchronization", "held", sum.Held, "restored", sum.Restored, "failed", sum.Failed)
+// Synchronize queues a verification of every container.
+func (h *handler) Synchronize(_ context.Context, _ []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+	h.p.checks.addAll("nri-synchronize")
 	return nil, nil
 }
 
@@ -266,18 +285,46 @@ func (h *handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr 
 }
 
 func (h *handler) UpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
-	limit, ok := h.swapLimit(ctr.GetId())
+	limit, ok, timedOut := swapLimitWithin(h.p.StateDir, ctr.GetId(), CallbackBudget)
+	if timedOut {
+		klog.FromContext(ctx).Info("The container's hook records did not read in time; the update goes uncorrected and the limit is checked after it",
+			"containerID", ctr.GetId(), "budget", CallbackBudget)
+		h.p.checks.add(ctr.GetId())
+	}
 	if !ok {
 		return nil, nil
 	}
 	return []*api.ContainerUpdate{UpdateFor(h.p.CgroupVersion, ctr.GetId(), limit, res)}, nil
 }
 
+// swapLimitWithin is swapLimit, given up after budget (timedOut): a read
+// that is still blocked then finishes in the background.
+func swapLimitWithin(stateDir, id string, budget time.Duration) (limit int64, ok, timedOut bool) {
+	type result struct {
+		limit int64
+		ok    bool
+	}
+	done := make(chan result, 1)
+	go func() {
+		limit, ok := swapLimit(stateDir, id)
+		done <- result{limit, ok}
+	}()
+	timer := time.NewTimer(budget)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.limit, r.ok, false
+	case <-timer.C:
+		return 0, false, true
+	}
+}
+
 // swapLimit is the swap limit that the hook's records give the container
 // id, and false when it has none: not a swap container, its hook has not
 // run, or its records do not read (the update then leaves swap alone).
-func (h *handler) swapLimit(id string) (int64, bool) {
-	dir, err := hookstate.Dir(h.p.StateDir, id)
+// It reads without the records' lock: each file is replaced atomically.
+func swapLimit(stateDir, id string) (int64, bool) {
+	dir, err := hookstate.Dir(stateDir, id)
 	if err != nil {
 		return 0, false
 	}
@@ -291,10 +338,9 @@ func (h *handler) swapLimit(id string) (int64, bool) {
 	return totals.Container.LimitBytes, true
 }
 
+// PostUpdateContainer queues a verification of the container.
 func (h *handler) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	if _, err := h.p.Verifier.Check(ctx, ctr.GetId(), "update"); err != nil {
-		klog.FromContext(ctx).Error(err, "Verifying the swap limit after a container update", "containerID", ctr.GetId())
-	}
+	h.p.checks.add(ctr.GetId())
 	// For a memory decrease the kubelet updates the pod's cgroup after
 	// its containers.
 	h.pods.touch(ctx, pod.GetUid())

@@ -2,6 +2,7 @@ package nri
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/testprocess"
 )
 
 type fakeVerifier struct {
@@ -246,4 +248,201 @@ func TestWithTheRuntimeSide(t *testing.T) {
 		t.Errorf("create with the second instance: memory.swap.max %q, want 1048576", got)
 	}
 
+}
+
+// Environment of TestCallbacksDoNotWaitForTheLock's lock holder.
+const (
+	envLockStateDir = "NRI_TEST_LOCK_STATE_DIR"
+	envLockHeld     = "NRI_TEST_LOCK_HELD"
+	envLockRelease  = "NRI_TEST_LOCK_RELEASE"
+)
+
+// TestCallbacksDoNotWaitForTheLock: another process (the hook, stuck on
+// a thrashing node) holds the hook state's lock while a container is
+// resized. The runtime's calls return at once, the runtime keeps the
+// plugin (its request timeout is set to 1 s here, half its default, so
+// that a callback waiting for the verifier's 2 s lock wait would surely
+// outlive it), the update is corrected, and once the lock is free the
+// queued check restores the limit the update left.
+func TestCallbacksDoNotWaitForTheLock(t *testing.T) {
+	if _, ok := testprocess.Child(); ok {
+		holdLock(t)
+		return
+	}
+	dir, err := os.MkdirTemp("", "nri") // a socket path must be short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "nri.sock")
+	stateDir := filepath.Join(dir, "hook")
+	cgroupRoot := filepath.Join(dir, "cgroup")
+	const group = "/kubepods/pod1/ctr"
+	ctrDir := filepath.Join(stateDir, "ctr")
+	if err := hookstate.WriteContainer(ctrDir, hookstate.Container{ID: "ctr", CgroupVersion: 2, CgroupGroup: group}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hookstate.Record(ctrDir, uidA, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 * mi}}); err != nil {
+		t.Fatal(err)
+	}
+	swapMax := filepath.Join(cgroupRoot, group, "memory.swap.max")
+	if err := os.MkdirAll(filepath.Dir(swapMax), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for path, content := range map[string]string{filepath.Join(cgroupRoot, "cgroup.controllers"): "memory\n", swapMax: "104857600\n"} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	adaptation.SetPluginRequestTimeout(time.Second)
+	t.Cleanup(func() { adaptation.SetPluginRequestTimeout(adaptation.DefaultPluginRequestTimeout) })
+	r, err := adaptation.New("test-runtime", "v0",
+		func(ctx context.Context, cb adaptation.SyncCB) error { _, err := cb(ctx, nil, nil); return err },
+		func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+			return nil, nil
+		},
+		adaptation.WithSocketPath(socket), adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
+		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+
+	rep := &restores{}
+	verifier := &limitcheck.Verifier{StateDir: stateDir, CgroupRoot: cgroupRoot, Reporter: rep}
+	observer := &transitions{}
+	p := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: verifier, Retry: 50 * time.Millisecond, Observer: observer}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting until %s: %v (status %q)", what, err, p.Status())
+		}
+	}
+	waitFor("the plugin is registered", p.Connected)
+
+	// Another process takes the lock.
+	held, release := filepath.Join(dir, "held"), filepath.Join(dir, "release")
+	holder := make(chan struct{})
+	go func() {
+		defer close(holder)
+		testprocess.Run(t, "TestCallbacksDoNotWaitForTheLock", 1, func(int) []string {
+			return []string{envLockStateDir + "=" + stateDir, envLockHeld + "=" + held, envLockRelease + "=" + release}
+		})
+	}()
+	released := false
+	releaseLock := func() {
+		if !released {
+			released = true
+			if err := os.WriteFile(release, nil, 0o600); err != nil {
+				t.Error(err)
+			}
+			<-holder
+		}
+	}
+	t.Cleanup(releaseLock)
+	waitFor("the other process holds the lock", func() bool { _, err := os.Stat(held); return err == nil })
+
+	// The resize: the kubelet's update (its NoSwap value corrected), the
+	// runtime applying it (the claim's limit lost), the update's end.
+	pod := &api.PodSandbox{Id: "pod1", Name: "p", Namespace: "ns", Uid: podUID}
+	ctr := container(192*mi, applyHook(uidA, "104857600"))
+	ctr.State = api.ContainerState_CONTAINER_RUNNING
+	var longest time.Duration
+	timed := func(call func() error) {
+		t.Helper()
+		start := time.Now()
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+		longest = max(longest, time.Since(start))
+	}
+	for i := range 3 {
+		timed(func() error {
+			updated, err := r.UpdateContainer(ctx, &api.UpdateContainerRequest{Pod: pod, Container: ctr, LinuxResources: &api.LinuxResources{
+				Memory: &api.LinuxMemory{Limit: api.Int64(192 * mi)}, Unified: map[string]string{"memory.swap.max": "0"}}})
+			if err == nil && len(updated.GetUpdate()) != 1 {
+				t.Errorf("resize %d: updates %v, want the container's corrected", i, updated.GetUpdate())
+			}
+			return err
+		})
+		if err := os.WriteFile(swapMax, []byte("0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		timed(func() error {
+			return r.PostUpdateContainer(ctx, &api.PostUpdateContainerRequest{Pod: pod, Container: ctr})
+		})
+		timed(func() error {
+			_, err := r.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: container(128*mi, applyHook(uidB, "1048576"))})
+			return err
+		})
+	}
+	// Longer than the runtime's request timeout: a callback still
+	// waiting would have had the plugin dropped by now.
+	time.Sleep(1500 * time.Millisecond)
+	t.Logf("the runtime's calls took at most %v with the lock held by another process", longest)
+	if got := observer.seen(); !p.Connected() || !slices.Equal(got, []bool{true}) {
+		t.Fatalf("with the lock held elsewhere: connected %v, registrations and drops %v; want still registered, [true]", p.Connected(), got)
+	}
+	if got, _ := os.ReadFile(swapMax); strings.TrimSpace(string(got)) != "0" || rep.count() != 0 {
+		t.Fatalf("memory.swap.max %q, %d restores while the lock is held; want the update's 0 untouched", got, rep.count())
+	}
+
+	releaseLock()
+	waitFor("the queued check restores the limit", func() bool {
+		got, _ := os.ReadFile(swapMax)
+		return strings.TrimSpace(string(got)) == "104857600"
+	})
+	if n := rep.count(); n != 1 {
+		t.Errorf("%d restores reported, want 1", n)
+	}
+}
+
+// holdLock is the other process of TestCallbacksDoNotWaitForTheLock: it
+// holds the hook state's lock until told to let go.
+func holdLock(t *testing.T) {
+	unlock, err := hookstate.Lock(os.Getenv(envLockStateDir), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	if err := os.WriteFile(os.Getenv(envLockHeld), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(os.Getenv(envLockRelease)); err == nil {
+			return
+		}
+	}
+	t.Fatal("not told to let go of the lock within a minute")
+}
+
+// restores counts the verifier's reports.
+type restores struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (r *restores) Restored(context.Context, limitcheck.Drift) { r.mu.Lock(); r.n++; r.mu.Unlock() }
+func (r *restores) NotRestored(_ context.Context, d limitcheck.Drift, err error) {
+	panic(fmt.Sprintf("not restored: %+v: %v", d, err))
+}
+
+func (r *restores) StillNotRestored(_ context.Context, d limitcheck.Drift) {
+	panic(fmt.Sprintf("still not restored: %+v", d))
+}
+
+func (r *restores) Cleared(context.Context, limitcheck.Drift) {}
+
+func (r *restores) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
 }

@@ -3,15 +3,23 @@
 // touches every page again and again for THRASH_SECONDS (which, beyond its
 // memory limit, keeps it swapping: memory pressure), holds for HOLD_SECONDS
 // and exits 0. An OOM kill shows as exit 137.
+//
+// With MMAP=1 it instead maps ALLOC_MIB MiB, touches every page once,
+// reports MAPPED and holds for HOLD_SECONDS, unmapping them on SIGUSR1
+// (then reports FREED): memory that stays where the kernel puts it (in
+// swap, once reclaim pushed it there) and that a test can have freed.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/images/workload/report"
 )
@@ -22,6 +30,10 @@ func main() {
 	thrash := envInt("THRASH_SECONDS", 0)
 	r := read()
 	emit("START", r)
+	if os.Getenv("MMAP") == "1" {
+		mapped(alloc, time.Duration(hold)*time.Second)
+		return
+	}
 
 	chunks := make([][]byte, 0, alloc)
 	for i := range alloc {
@@ -85,6 +97,7 @@ func read() report.Report {
 		r.MemoryLimitBytes = num(r.Files["memory.max"])
 		r.SwapLimitBytes = num(r.Files["memory.swap.max"])
 		r.SwapUsageBytes = max(num(r.Files["memory.swap.current"]), num(r.Files["memory.swap.peak"]))
+		r.MemoryUsageBytes = num(r.Files["memory.current"])
 		return r
 	}
 	r.CgroupVersion = 1
@@ -99,6 +112,7 @@ func read() report.Report {
 	now := num(r.Files["memory.memsw.usage_in_bytes"]) - num(r.Files["memory.usage_in_bytes"])
 	peak := num(r.Files["memory.memsw.max_usage_in_bytes"]) - num(r.Files["memory.max_usage_in_bytes"])
 	r.SwapUsageBytes = max(now, peak, 0)
+	r.MemoryUsageBytes = num(r.Files["memory.usage_in_bytes"])
 	return r
 }
 
@@ -116,4 +130,30 @@ func num(s string) int64 {
 	}
 	v, _ := strconv.ParseInt(s, 10, 64)
 	return v
+}
+
+// mapped maps mib MiB, touches them and unmaps them on SIGUSR1, within
+// hold.
+func mapped(mib int, hold time.Duration) {
+	freeing := make(chan os.Signal, 1)
+	signal.Notify(freeing, unix.SIGUSR1)
+	mem, err := unix.Mmap(-1, 0, mib<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		fmt.Println("ERROR mmap:", err)
+		os.Exit(1)
+	}
+	for i := 0; i < len(mem); i += 4096 {
+		mem[i] = byte(i>>12) | 1
+	}
+	emit("MAPPED", read())
+	select {
+	case <-freeing:
+		if err := unix.Munmap(mem); err != nil {
+			fmt.Println("ERROR munmap:", err)
+			os.Exit(1)
+		}
+		emit("FREED", read())
+		time.Sleep(hold)
+	case <-time.After(hold):
+	}
 }

@@ -5,10 +5,13 @@ package report
 // Report is one line of the workload's output, after its "START " or
 // "RESULT " prefix.
 type Report struct {
-	AllocatedMiB     int    `json:"allocatedMiB"`
-	SwapLimitBytes   int64  `json:"swapLimitBytes"`
-	MemoryLimitBytes int64  `json:"memoryLimitBytes"`
-	SwapUsageBytes   int64  `json:"swapUsageBytes"`
+	AllocatedMiB     int   `json:"allocatedMiB"`
+	SwapLimitBytes   int64 `json:"swapLimitBytes"`
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	SwapUsageBytes   int64 `json:"swapUsageBytes"`
+	// MemoryUsageBytes is the memory in use now (v2 memory.current, v1
+	// memory.usage_in_bytes).
+	MemoryUsageBytes int64  `json:"memoryUsageBytes,omitempty"`
 	EnvSwapLimit     string `json:"envSwapLimit"`
 	CgroupVersion    int    `json:"cgroupVersion"`
 	// Downward holds the environment variables named DOWNWARD_*, which
