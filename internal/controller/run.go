@@ -64,8 +64,8 @@ type Config struct {
 	HealthAddress  string
 
 	// WebhookQPS and WebhookBurst limit the API calls the webhooks make
-	// (the pod label patch at a claim's reservation or the binding, and
-	// its uncached reads) on a limiter of their own: they run inside the
+	// (the pod label patch at a claim's reservation or the binding; they
+	// read only the cache) on a limiter of their own: they run inside the
 	// scheduler's binding cycle, and behind the reconcilers' budget they
 	// held swap pods' binding to that budget. Zero: restConfig's.
 	WebhookQPS   float32
