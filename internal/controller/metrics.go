@@ -37,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: labelsDeferredName,
 			Help: "Pods a webhook review did not label, leaving them to the reconciler once bound (their Downward API environment then lacks the labels): " +
-				"not-cached, the informer cache did not show the claim, pod or allocation the review named within a second (cache lag, or a forged review); " +
+				"not-cached, the informer cache did not show the claim, pod or allocation the review named within 2 s (cache lag, or a forged review); " +
 				"relabel-budget, the pod was labelled lately and the budget for labelling pods again was spent.",
 		}, []string{"reason"}),
 	}

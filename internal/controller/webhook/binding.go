@@ -171,7 +171,9 @@ func (h *BindingLabeler) deferred(reason string) {
 }
 
 // pod reads the pod from the cache, waiting until until for it (with uid,
-// when uid is set); nil when the cache does not show it by then.
+// when uid is set, and naming every claim it uses: the claim controller
+// names a template's claim in the pod's status, which the cache may show
+// later than the pod); nil when the cache does not show it by then.
 func (h *BindingLabeler) pod(ctx context.Context, key types.NamespacedName, uid types.UID, until time.Time) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
 	found, err := awaitCache(ctx, until, func() (bool, error) {
@@ -181,7 +183,7 @@ func (h *BindingLabeler) pod(ctx context.Context, key types.NamespacedName, uid 
 		case err != nil:
 			return false, fmt.Errorf("get pod %s from the cache: %w", key, err)
 		}
-		return uid == "" || pod.UID == uid, nil
+		return (uid == "" || pod.UID == uid) && claimsNamed(pod), nil
 	})
 	if err != nil || !found {
 		return nil, err
@@ -193,10 +195,8 @@ func (h *BindingLabeler) pod(ctx context.Context, key types.NamespacedName, uid 
 // ("" when they do): each must be created, allocated (as the cache shows
 // it, waiting until until) and usable on the node.
 func (h *BindingLabeler) claimsAllocatedOn(ctx context.Context, pod *corev1.Pod, nodeName string, nodeLabels map[string]string, until time.Time) (string, error) {
-	for i := range pod.Spec.ResourceClaims {
-		if _, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i]); err != nil {
-			return "a claim of the pod is not created yet", nil
-		}
+	if !claimsNamed(pod) {
+		return "a claim of the pod is not created yet", nil
 	}
 	for _, name := range podlabels.ClaimNames(pod) {
 		key := types.NamespacedName{Namespace: pod.Namespace, Name: name}
@@ -222,6 +222,17 @@ func (h *BindingLabeler) claimsAllocatedOn(ctx context.Context, pod *corev1.Pod,
 		}
 	}
 	return "", nil
+}
+
+// claimsNamed reports whether the pod names every claim it uses (a
+// template's, once the claim controller made it, in its status).
+func claimsNamed(pod *corev1.Pod) bool {
+	for i := range pod.Spec.ResourceClaims {
+		if _, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i]); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // usableOn reports whether an allocation's devices can be used on the

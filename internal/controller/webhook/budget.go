@@ -19,8 +19,10 @@ const (
 	// DefaultCacheWait is how long a review waits for the cache to show
 	// what it names: the scheduler writes a claim (finalizer, then status)
 	// moments before the review of its status, and the watch brings the
-	// write to the cache within milliseconds.
-	DefaultCacheWait = time.Second
+	// write to the cache within milliseconds, or seconds on an overloaded
+	// control plane; it stays under the chart's 3 s webhook timeout, so the
+	// label patch can still follow.
+	DefaultCacheWait = 2 * time.Second
 	// cachePoll is how often a waiting review looks at the cache again.
 	cachePoll = 10 * time.Millisecond
 	// RecentPatches is how many of the pods the webhooks labelled last

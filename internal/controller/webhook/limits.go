@@ -36,19 +36,23 @@ const (
 	// SmallBodyBytes: a review that declares a body of at most this many
 	// bytes is small. The reviews the API server sends for this driver are
 	// a few kilobytes (a claim with the API's 256 reservations, old and new,
-	// is about 80 KiB), so a flood of large bodies never holds the slots
-	// that small ones are served from.
+	// is about 80 KiB), so a flood of large bodies never holds what small
+	// ones are served from.
 	SmallBodyBytes = 256 << 10
-	// MaxSmallReviews and MaxLargeReviews are how many small and large
-	// reviews one replica works on at once; one caller (one remote
-	// address) holds at most half of either. A review beyond them is
-	// answered 429 with Retry-After at once, unread (the API server's
-	// client retries it after a second, within the webhook's timeout).
-	// Together they bound what reviews hold in memory: at most
-	// MaxSmallReviews×SmallBodyBytes + MaxLargeReviews×MaxBodyBytes of
-	// bodies (20 MiB), each decoded only into the views of decode.go.
-	MaxSmallReviews = 32
-	MaxLargeReviews = 4
+	// SmallReviewBytes is how many declared bytes of small reviews one
+	// replica works on at once, each counted as at least MinReviewBytes
+	// (so at most 4,096 reviews), and MaxLargeReviews how many large
+	// reviews; one caller (one remote address) holds at most half of
+	// either. A review beyond them is answered 429 with Retry-After at
+	// once, unread (the API server's client retries it after a second,
+	// within the webhook's timeout). Together they bound the bodies that
+	// reviews hold in memory to SmallReviewBytes + MaxLargeReviews ×
+	// MaxBodyBytes (28 MiB), each decoded only into the views of
+	// decode.go, while the API server, one caller sending reviews of a
+	// few KiB, can have some 2,000 in flight.
+	SmallReviewBytes = 16 << 20
+	MinReviewBytes   = 4 << 10
+	MaxLargeReviews  = 4
 	// BodyReadTimeout is how long a review's body may take to arrive once
 	// its slot is taken (3 MiB at 600 KiB/s), so that a slow sender holds
 	// a slot for no longer.
@@ -83,21 +87,23 @@ type Admission struct {
 	small, large inFlight
 }
 
-// NewAdmission returns an Admission with room for small and large reviews
-// at once (MaxSmallReviews and MaxLargeReviews when zero).
-func NewAdmission(small, large int) *Admission {
-	if small <= 0 {
-		small = MaxSmallReviews
+// NewAdmission returns an Admission with room for smallBytes of small
+// reviews and large large ones at once (SmallReviewBytes and
+// MaxLargeReviews when zero).
+func NewAdmission(smallBytes, large int) *Admission {
+	if smallBytes <= 0 {
+		smallBytes = SmallReviewBytes
 	}
 	if large <= 0 {
 		large = MaxLargeReviews
 	}
-	return &Admission{small: newInFlight(small), large: newInFlight(large)}
+	return &Admission{small: newInFlight(int64(smallBytes)), large: newInFlight(int64(large))}
 }
 
 // Handler serves h. In order, before h sees anything: a body declared
-// larger than MaxBodyBytes is refused (413) unread; the review takes a
-// slot (small when it declares at most SmallBodyBytes, else large) or is
+// larger than MaxBodyBytes is refused (413) unread; the review takes room
+// (its declared size, at least MinReviewBytes, of SmallReviewBytes when it
+// declares at most SmallBodyBytes, else one of MaxLargeReviews) or is
 // refused (429, Retry-After: 1) unread; its body is read within
 // BodyReadTimeout and MaxBodyBytes and decoded into an admission.Request
 // (its objects kept raw for the handler's own views); h runs with a
@@ -110,16 +116,16 @@ func (a *Admission) Handler(h admission.Handler) http.Handler {
 			tooLarge(w, r.ContentLength)
 			return
 		}
-		slots := &a.small
+		slots, weight := &a.small, max(r.ContentLength, MinReviewBytes)
 		if r.ContentLength < 0 || r.ContentLength > SmallBodyBytes {
-			slots = &a.large
+			slots, weight = &a.large, 1
 		}
 		source := remoteHost(r)
-		if !slots.acquire(source) {
+		if !slots.acquire(source, weight) {
 			busy(w)
 			return
 		}
-		defer slots.release(source)
+		defer slots.release(source, weight)
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyReadTimeout))
 		body, err := readBody(r.Body, r.ContentLength)
 		if errors.Is(err, errBodyTooLarge) {
@@ -259,36 +265,37 @@ func remoteHost(r *http.Request) string {
 	return host
 }
 
-// inFlight counts the reviews being worked on, in all and per caller: a
-// caller holds at most half of the slots (at least one).
+// inFlight counts what the reviews being worked on hold (a number of
+// reviews, or their bytes), in all and per caller: a caller holds at most
+// half (at least one unit).
 type inFlight struct {
 	mu        sync.Mutex
-	max       int
-	perSource int
-	n         int
-	bySource  map[string]int
+	max       int64
+	perSource int64
+	n         int64
+	bySource  map[string]int64
 }
 
-func newInFlight(n int) inFlight {
-	return inFlight{max: n, perSource: max(n/2, 1), bySource: map[string]int{}}
+func newInFlight(n int64) inFlight {
+	return inFlight{max: n, perSource: max(n/2, 1), bySource: map[string]int64{}}
 }
 
-func (f *inFlight) acquire(source string) bool {
+func (f *inFlight) acquire(source string, weight int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n >= f.max || f.bySource[source] >= f.perSource {
+	if f.n+weight > f.max || f.bySource[source]+weight > f.perSource {
 		return false
 	}
-	f.n++
-	f.bySource[source]++
+	f.n += weight
+	f.bySource[source] += weight
 	return true
 }
 
-func (f *inFlight) release(source string) {
+func (f *inFlight) release(source string, weight int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.n--
-	if f.bySource[source]--; f.bySource[source] <= 0 {
+	f.n -= weight
+	if f.bySource[source] -= weight; f.bySource[source] <= 0 {
 		delete(f.bySource, source)
 	}
 }

@@ -126,13 +126,14 @@ func TestAdmissionBounds(t *testing.T) {
 	}
 }
 
-// TestAdmissionInFlight: a replica works on at most MaxSmallReviews small
-// and MaxLargeReviews large reviews at once, and one caller on half of
-// either; a review beyond that is answered 429 with Retry-After without
-// its body being read, and a small review is served while large ones fill
-// their slots.
+// TestAdmissionInFlight: a replica works on at most SmallReviewBytes of
+// small reviews (each counted as at least MinReviewBytes) and
+// MaxLargeReviews large ones at once, and one caller on half of either; a
+// review beyond that is answered 429 with Retry-After without its body
+// being read, and a small review is served while large ones fill their
+// slots.
 func TestAdmissionInFlight(t *testing.T) {
-	a := NewAdmission(4, 2)
+	a := NewAdmission(4*MinReviewBytes, 2)
 	release := make(chan struct{})
 	var entered sync.WaitGroup
 	h := a.Handler(handlerFunc(func(context.Context, admission.Request) admission.Response {
@@ -180,6 +181,7 @@ func TestAdmissionInFlight(t *testing.T) {
 	hold(1000, "10.0.0.1")
 	hold(1000, "10.0.0.1")
 	refused("a third small review of one caller", 1000, "10.0.0.1")
+	refused("a small review larger than a caller's half, in bytes", 2*MinReviewBytes+1, "10.0.0.3")
 	hold(1000, "10.0.0.3")
 	hold(1000, "10.0.0.4")
 	refused("a fifth small review", 1000, "10.0.0.5")

@@ -189,7 +189,9 @@ func (h *ReservationLabeler) label(ctx context.Context, claim *resourceapi.Resou
 		case err != nil:
 			return false, fmt.Errorf("get pod %s from the cache: %w", key, err)
 		}
-		return pod.UID == ref.UID, nil
+		// The claim controller names a template's claim in the pod's
+		// status: the cache may show the pod before that.
+		return pod.UID == ref.UID && slices.Contains(podlabels.ClaimNames(pod), claim.Name), nil
 	})
 	if err != nil {
 		return err
@@ -198,7 +200,7 @@ func (h *ReservationLabeler) label(ctx context.Context, claim *resourceapi.Resou
 		h.deferred(DeferredNotCached)
 		return nil
 	}
-	if pod.DeletionTimestamp != nil || pod.Spec.NodeName != "" || !slices.Contains(podlabels.ClaimNames(pod), claim.Name) {
+	if pod.DeletionTimestamp != nil || pod.Spec.NodeName != "" {
 		return nil
 	}
 	change := podlabels.Diff(pod, desired, h.Policy.Owns)
