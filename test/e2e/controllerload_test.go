@@ -21,7 +21,7 @@ import (
 
 // floodPeakBound is the most memory a controller replica may use while it
 // is flooded: internal/controller/webhook bounds the reviews a replica
-// works on at once (32 small, 4 large of up to 3 MiB) and
+// works on at once (16 MiB of small ones, 4 large of up to 3 MiB) and
 // internal/httpserver the connections it holds (128, 256 KiB of HTTP/2
 // buffers each), which with the informers' caches of this cluster stays
 // far below the chart's 512 MiB limit.
