@@ -39,9 +39,8 @@ func trimPod(obj any) (any, error) {
 		TypeMeta:   pod.TypeMeta,
 		ObjectMeta: trimMeta(pod.ObjectMeta, v1alpha1.AnnotationManagedLabels),
 		Spec: corev1.PodSpec{
-			NodeName:          pod.Spec.NodeName,
-			ResourceClaims:    pod.Spec.ResourceClaims,
-			PriorityClassName: pod.Spec.PriorityClassName,
+			NodeName:       pod.Spec.NodeName,
+			ResourceClaims: pod.Spec.ResourceClaims,
 		},
 		Status: corev1.PodStatus{
 			Phase:                 pod.Status.Phase,
