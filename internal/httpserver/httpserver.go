@@ -162,7 +162,9 @@ func Serve(ctx context.Context, srv *http.Server, l net.Listener, grace time.Dur
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
 	err := srv.Shutdown(shutdownCtx)
-	<-served
+	if serveErr := <-served; serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("serve on %s: %w", l.Addr(), serveErr)
+	}
 	if err != nil {
 		return fmt.Errorf("shut down the server on %s: %w", l.Addr(), err)
 	}

@@ -172,9 +172,12 @@ func (h *ReservationLabeler) storedClaim(ctx context.Context, key types.Namespac
 		if c.ResourceVersion == resourceVersion && c.UID == uid {
 			return true, nil
 		}
-		// Wait only while the cache is behind the review.
-		cmp, err := resourceversion.CompareResourceVersion(c.ResourceVersion, resourceVersion)
-		return err != nil || cmp >= 0, nil
+		// Wait only while the cache is behind the review (a malformed
+		// resourceVersion is not the API server's: no wait).
+		if cmp, cmpErr := resourceversion.CompareResourceVersion(c.ResourceVersion, resourceVersion); cmpErr == nil && cmp < 0 {
+			return false, nil
+		}
+		return true, nil
 	})
 	return claim, err
 }
