@@ -91,7 +91,7 @@ func TestControllerUnderFlood(t *testing.T) {
 
 	// A real pod, admitted and labelled while the flood goes on.
 	tmpl := cluster.SwapTemplate(ns, "swap-64-config", "", 64*mi)
-	tmpl.Spec.Spec.Devices.Config = configClaim(ns, "x", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","swapHighPercent":90}`).Spec.Devices.Config
+	tmpl.Spec.Spec.Devices.Config = configClaim(ns, "x", validSwapConfig).Spec.Devices.Config
 	if _, err := c.client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("a template with a valid SwapConfig was not admitted during the flood: %v", err)
 	}
