@@ -101,7 +101,8 @@ func NewAdmission(smallBytes, large int) *Admission {
 }
 
 // Handler serves h. In order, before h sees anything: a body declared
-// larger than MaxBodyBytes is refused (413) unread; the review takes room
+// larger than MaxBodyBytes is refused (413) unread, and one that is not
+// JSON (400); the review takes room
 // (its declared size, at least MinReviewBytes, of SmallReviewBytes when it
 // declares at most SmallBodyBytes, else one of MaxLargeReviews) or is
 // refused (429, Retry-After: 1) unread; its body is read within
@@ -114,6 +115,10 @@ func (a *Admission) Handler(h admission.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > MaxBodyBytes {
 			tooLarge(w, r.ContentLength)
+			return
+		}
+		if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+			writeReview(w, http.StatusBadRequest, admission.Errored(http.StatusBadRequest, fmt.Errorf("content type %q, want application/json", ct)))
 			return
 		}
 		slots, weight := &a.small, max(r.ContentLength, MinReviewBytes)
@@ -136,12 +141,7 @@ func (a *Admission) Handler(h admission.Handler) http.Handler {
 			writeReview(w, http.StatusBadRequest, admission.Errored(http.StatusBadRequest, fmt.Errorf("read the admission review: %w", err)))
 			return
 		}
-		if ct := r.Header.Get("Content-Type"); ct != "application/json" {
-			writeReview(w, http.StatusBadRequest, admission.Errored(http.StatusBadRequest, fmt.Errorf("content type %q, want application/json", ct)))
-			return
-		}
-		req, err := decodeReview(body)
-		body = nil //nolint:ineffassign,wastedassign // the body may be collected while the handler runs
+		req, err := decodeReview(body) // the body is garbage once decoded: its objects are copied
 		if err != nil {
 			writeReview(w, http.StatusBadRequest, admission.Errored(http.StatusBadRequest, err))
 			return
