@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -128,6 +129,10 @@ func run(args []string, stdout io.Writer) error {
 		return nil
 	}
 	cfg.OwnerNamespace = namespace
+	if limit := softMemoryLimit("/sys/fs/cgroup", os.Getenv); limit > 0 {
+		debug.SetMemoryLimit(limit)
+		logger.Info("Soft memory limit set to half the container's", "bytes", limit)
+	}
 	return controller.Run(ctx, restConfig, cfg)
 }
 
