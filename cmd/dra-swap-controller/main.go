@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -67,7 +68,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.Float32Var(&qps, "kube-api-qps", 50, "Queries per second to the API server (label patches and reads).")
 	fs.IntVar(&burst, "kube-api-burst", 100, "Burst of queries to the API server.")
 	fs.Float32Var(&cfg.WebhookQPS, "webhook-kube-api-qps", 200,
-		"Queries per second of the webhooks' own API client (the pod label patch inside the scheduler's binding cycle, and its reads), apart from --kube-api-qps: every call answers an admission request.")
+		"Queries per second of the webhooks' own API client (the pod label patch inside the scheduler's binding cycle; the webhooks read only the informer cache), apart from --kube-api-qps: every call answers an admission request.")
 	fs.IntVar(&cfg.WebhookBurst, "webhook-kube-api-burst", 400, "Burst of the webhooks' own API client.")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 5*time.Second, "After SIGTERM, keep serving the webhooks this long, not ready, so the Service and the API servers drop this replica before it stops listening (0: stop at once).")
 	fs.IntVar(&cfg.Workers, "workers", 4, "Concurrent reconciles per reconciler.")
@@ -128,6 +129,10 @@ func run(args []string, stdout io.Writer) error {
 		return nil
 	}
 	cfg.OwnerNamespace = namespace
+	if limit := softMemoryLimit("/sys/fs/cgroup", os.Getenv); limit > 0 {
+		debug.SetMemoryLimit(limit)
+		logger.Info("Soft memory limit set to half the container's", "bytes", limit)
+	}
 	return controller.Run(ctx, restConfig, cfg)
 }
 

@@ -135,14 +135,14 @@ func TestTrimPod(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"a": "b"},
 			Annotations:   map[string]string{v1alpha1.AnnotationManagedLabels: "x", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
-		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "i"}}, PriorityClassName: "batch"},
 	}
 	out, err := trimPod(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := out.(*corev1.Pod)
-	if p.Spec.NodeName != "n1" || len(p.Spec.Containers) != 0 || len(p.ManagedFields) != 0 || len(p.Annotations) != 1 || p.Labels["a"] != "b" {
+	if p.Spec.NodeName != "n1" || len(p.Spec.Containers) != 0 || p.Spec.PriorityClassName != "" || len(p.ManagedFields) != 0 || len(p.Annotations) != 1 || p.Labels["a"] != "b" {
 		t.Errorf("trimmed pod %+v", p)
 	}
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -25,7 +24,6 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/servingcert"
@@ -66,8 +64,8 @@ type Config struct {
 	HealthAddress  string
 
 	// WebhookQPS and WebhookBurst limit the API calls the webhooks make
-	// (the pod label patch at a claim's reservation or the binding, and
-	// its uncached reads) on a limiter of their own: they run inside the
+	// (the pod label patch at a claim's reservation or the binding; they
+	// read only the cache) on a limiter of their own: they run inside the
 	// scheduler's binding cycle, and behind the reconcilers' budget they
 	// held swap pods' binding to that budget. Zero: restConfig's.
 	WebhookQPS   float32
@@ -146,12 +144,10 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 	}
 	var certs *servingcert.Manager
 	var ready webhookReadiness
-	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
 	if selfCert {
 		if certs, err = servingcert.New(client, cfg.Cert); err != nil {
 			return fmt.Errorf("webhook certificate: %w", err)
 		}
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
 	}
 	leaseDuration, renewDeadline, retryPeriod := 15*time.Second, 10*time.Second, 2*time.Second
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
@@ -160,9 +156,11 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 		Cache:  CacheOptions(),
 		// One controller per process in production; tests and benchmarks
 		// run several, which controller-runtime's global name check forbids.
-		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddress},
-		HealthProbeBindAddress:        cfg.HealthAddress,
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+		// The metrics, probes and webhooks are served below, on servers
+		// of internal/httpserver, not controller-runtime's.
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
 		LeaderElectionID:              cfg.LeaderElectionID,
@@ -172,12 +170,6 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 		LeaseDuration:                       &leaseDuration,
 		RenewDeadline:                       &renewDeadline,
 		RetryPeriod:                         &retryPeriod,
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host:    cfg.WebhookHost,
-			Port:    cfg.WebhookPort,
-			CertDir: cfg.CertDir,
-			TLSOpts: tlsOpts,
-		}),
 	})
 	if err != nil {
 		return fmt.Errorf("create controller manager: %w", err)
@@ -192,33 +184,50 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 	if err := Setup(mgr, Options{Policy: cfg.Policy, RemoveWithoutDriver: cfg.RemoveWithoutDriver, Workers: cfg.Workers, Metrics: metrics}); err != nil {
 		return err
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
-	}
+	healthChecks := map[string]healthz.Checker{"ping": healthz.Ping}
+	readyChecks := map[string]healthz.Checker{}
 	if !cfg.DisableWebhooks {
 		c := mgr.GetClient()
 		nodes := Nodes{Reader: c}
-		// Writes and uncached reads on the webhooks' own limiter.
+		// The pod label patches, on the webhooks' own limiter. The
+		// handlers read only the cache (no review costs an API read), and
+		// patches holds what reviews can make them write.
 		direct, err := ctrlclient.New(webhookRESTConfig(restConfig, cfg.WebhookQPS, cfg.WebhookBurst), ctrlclient.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 		if err != nil {
 			return fmt.Errorf("create the webhooks' client: %w", err)
 		}
-		srv := mgr.GetWebhookServer()
-		// Every handler is Bounded: any pod that reaches the Service can
-		// post to it.
-		srv.Register(swapwebhook.BindingPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.BindingLabeler{
-			Pods: c, APIReader: direct, Client: direct, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
-			Selector: Pods{Reader: c, APIReader: direct, Policy: cfg.Policy},
-		}}))
-		srv.Register(swapwebhook.ReservationPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.ReservationLabeler{
-			Claims: c, Pods: c, APIReader: direct, Client: direct, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
-		}}))
-		srv.Register(swapwebhook.ConfigPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.ConfigValidator{
+		patches := swapwebhook.NewPatchBudget(swapwebhook.RecentPatches, swapwebhook.RelabelQPS, swapwebhook.RelabelBurst)
+		// Any pod that reaches the Service can post a review: one
+		// Admission bounds the reviews every handler works on together,
+		// and each handler bounds what one review costs. controller-
+		// runtime's server is used only for its mux, which counts the
+		// requests in its metrics.
+		reviews := swapwebhook.NewAdmission(0, 0)
+		mux := webhook.NewServer(webhook.Options{})
+		// The chart renders the binding webhook only with podSelection all
+		// or namespaces; only then is its path served.
+		if cfg.Policy.Selection != podlabels.SelectSwapClaims {
+			mux.Register(swapwebhook.BindingPath, reviews.Handler(&swapwebhook.BindingLabeler{
+				Pods: c, Claims: c, Client: direct, Nodes: nodes, Policy: cfg.Policy, CacheWait: swapwebhook.DefaultCacheWait,
+				Patches: patches, Patched: metrics.podPatched, Deferred: metrics.labelsDeferred,
+				Selector: Pods{Reader: c, Policy: cfg.Policy},
+			}))
+		}
+		mux.Register(swapwebhook.ReservationPath, reviews.Handler(&swapwebhook.ReservationLabeler{
+			Claims: c, Pods: c, Client: direct, Nodes: nodes, Policy: cfg.Policy, CacheWait: swapwebhook.DefaultCacheWait,
+			Patches: patches, Patched: metrics.podPatched, Deferred: metrics.labelsDeferred,
+		}))
+		mux.Register(swapwebhook.ConfigPath, reviews.Handler(&swapwebhook.ConfigValidator{
 			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes,
-		}}))
-		if err := mgr.AddReadyzCheck("webhook", webhookReady(certs, srv.StartedChecker())); err != nil {
+		}))
+		srv := &webhookServer{addr: webhookAddress(cfg.WebhookHost, cfg.WebhookPort), handler: mux.WebhookMux(), certDir: cfg.CertDir}
+		if certs != nil {
+			srv.certificate = certs.GetCertificate
+		}
+		if err := mgr.Add(srv); err != nil {
 			return err
 		}
+		readyChecks["webhook"] = webhookReady(certs, srv.started)
 		// Register the informers the handlers read, so the manager starts
 		// and syncs them before its other runnables instead of at the
 		// first review.
@@ -235,9 +244,7 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 		if err := mgr.Add(runnable{leader: false, run: func(context.Context) { ready.synced.Store(true) }}); err != nil {
 			return err
 		}
-		if err := mgr.AddReadyzCheck("webhook-caches", ready.check); err != nil {
-			return err
-		}
+		readyChecks["webhook-caches"] = ready.check
 		if certs != nil {
 			interval := cfg.CertCheckInterval
 			if interval <= 0 {
@@ -251,6 +258,16 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 			if err := mgr.Add(runnable{leader: true, run: func(ctx context.Context) { certs.Run(ctx, interval, true) }}); err != nil {
 				return err
 			}
+		}
+	}
+	if serving(cfg.MetricsAddress) {
+		if err := mgr.Add(&httpServer{addr: cfg.MetricsAddress, handler: metricsHandler(crmetrics.Registry)}); err != nil {
+			return err
+		}
+	}
+	if serving(cfg.HealthAddress) {
+		if err := mgr.Add(&httpServer{addr: cfg.HealthAddress, handler: probesHandler(healthChecks, readyChecks)}); err != nil {
+			return err
 		}
 	}
 	logger.Info("Starting dra.swap controller", "selection", cfg.Policy.Selection, "allowlist", cfg.Policy.Allowlist,

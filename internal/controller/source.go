@@ -114,16 +114,10 @@ func (n Nodes) LargestOffer(ctx context.Context) (int64, error) {
 	return largest, nil
 }
 
-// Pods decides whether a pod is selected for labels.
+// Pods decides whether a pod is selected for labels, from the cache.
 type Pods struct {
-	// Reader is the cache.
 	Reader client.Reader
-	// APIReader, when set, reads a claim the cache has not seen allocated
-	// from the API server: the scheduler allocates a claim just before it
-	// binds the pod, so the binding webhook needs it. The reconciler does
-	// without, because the claim's update triggers it again.
-	APIReader client.Reader
-	Policy    podlabels.Policy
+	Policy podlabels.Policy
 }
 
 // Selected reports whether the policy selects the pod.
@@ -150,18 +144,7 @@ func (p Pods) hasSwapClaim(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	for _, name := range podlabels.ClaimNames(pod) {
 		key := types.NamespacedName{Namespace: pod.Namespace, Name: name}
 		claim := &resourceapi.ResourceClaim{}
-		err := p.Reader.Get(ctx, key, claim)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("get ResourceClaim %s: %w", key, err)
-		}
-		if err == nil && podlabels.HasSwapDevice(claim) {
-			return true, nil
-		}
-		if p.APIReader == nil || err == nil && claim.Status.Allocation != nil {
-			continue // allocated, to another driver's devices
-		}
-		// Not (yet) allocated in the cache: ask the API server.
-		switch err := p.APIReader.Get(ctx, key, claim); {
+		switch err := p.Reader.Get(ctx, key, claim); {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return false, fmt.Errorf("get ResourceClaim %s: %w", key, err)

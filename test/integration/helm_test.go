@@ -179,7 +179,8 @@ func TestChart(t *testing.T) {
 			// Secrets, in TLS mode self only.
 			switch name {
 			case "custom":
-				want["DeviceClass"], want["ServiceMonitor"], want["Certificate"], want["NetworkPolicy"] = 3, 2, 1, 1
+				// The controller's NetworkPolicy and the plugin's.
+				want["DeviceClass"], want["ServiceMonitor"], want["Certificate"], want["NetworkPolicy"] = 3, 2, 1, 2
 				want["PrometheusRule"], want["ConfigMap"] = 1, 1
 				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 3, 3
 				want["Job"], want["ServiceAccount"] = 0, 2 // cleanupNodeLabelsOnUninstall false

@@ -302,6 +302,20 @@ func TestForgedWebhookReviews(t *testing.T) {
 			unchanged(t, tc.untouched...)
 		})
 	}
+	// The chart renders the binding webhook only with podSelection all or
+	// namespaces; in swap-claims mode the controller does not serve it,
+	// so a forged binding review labels nothing.
+	t.Run("(e) the binding labeler is not served with podSelection swap-claims", func(t *testing.T) {
+		body := reviewBody(t, admissionv1.AdmissionRequest{
+			Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Binding"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			SubResource: "binding", Namespace: tenant, Name: bystander.Name, Operation: admissionv1.Create,
+			Object: rawJSON(t, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: bystander.Name, UID: bystander.UID}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-a"}}),
+		})
+		if status, _, _ := env.forged(t, webhook.BindingPath, body); status != http.StatusNotFound {
+			t.Errorf("POST %s: HTTP %d, want 404", webhook.BindingPath, status)
+		}
+		unchanged(t, bystander)
+	})
 }
 
 // tokenConfig is a client configuration with a token of the
@@ -387,6 +401,7 @@ func TestBindingLabelsThroughControllerPatch(t *testing.T) {
 					// node-a's slice, before the chart's policy lets only
 					// the plugin write it.
 					(&controllerEnv{t: t, s: api, client: api.Client}).node(context.Background(), "node-a", map[string]string{podlabels.Zone: "zone-a"}, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)
+					(&controllerEnv{t: t, s: api, client: api.Client}).node(context.Background(), "node-b", map[string]string{podlabels.Zone: "zone-b"}, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)
 					installChartPolicies(t, api)
 					grant(t, api, "test-controller-setup", rbacv1.Subject{Kind: "ServiceAccount", Name: controllerSA, Namespace: chartNamespace}, rbacv1.PolicyRule{
 						APIGroups: []string{"", "coordination.k8s.io", "admissionregistration.k8s.io"},
@@ -458,6 +473,78 @@ func TestBindingLabelsThroughControllerPatch(t *testing.T) {
 			} else if calls != 1 || !hasLabels(other.Labels, want) {
 				t.Errorf("podSelection all: %v reviews, labels %v; want 1 and %s", calls, other.Labels, show(want))
 			}
+
+			// A pod whose claim is allocated on node-a (another driver's
+			// device, as the scheduler leaves it before binding): a
+			// binding review to node-b is not the scheduler's, and labels
+			// nothing; one to node-a labels it.
+			claimed := allocatedElsewhere(ctx, t, env, "node-a")
+			binding := func(node string) []byte {
+				return reviewBody(t, admissionv1.AdmissionRequest{
+					Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Binding"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+					SubResource: "binding", Namespace: tenant, Name: claimed.Name, Operation: admissionv1.Create,
+					Object: rawJSON(t, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: claimed.Name, UID: claimed.UID}, Target: corev1.ObjectReference{Kind: "Node", Name: node}}),
+				})
+			}
+			status, resp, _ := env.forged(t, webhook.BindingPath, binding("node-b"))
+			now, err := env.client.CoreV1().Pods(tenant).Get(ctx, claimed.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != http.StatusOK || resp == nil || !resp.Allowed || now.ResourceVersion != claimed.ResourceVersion {
+				t.Errorf("a binding review to a node where the pod's claim is not allocated: HTTP %d %+v; the pod's labels %v (changed: %v)",
+					status, resp, now.Labels, now.ResourceVersion != claimed.ResourceVersion)
+			} else {
+				t.Logf("a forged binding to node-b of a pod whose claim is on node-a: %s", resp.Result.Message)
+			}
+			env.forged(t, webhook.BindingPath, binding("node-a"))
+			if now, err = env.client.CoreV1().Pods(tenant).Get(ctx, claimed.Name, metav1.GetOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if want := topology("zone-a", "node-a", "LimitedSwap"); !hasLabels(now.Labels, want) {
+				t.Errorf("a binding review to the node of the pod's claim: labels %v, want %s", now.Labels, show(want))
+			}
 		})
 	}
+}
+
+// allocatedElsewhere creates a pod whose claim (of another driver, whose
+// reservation the controller does not see) is allocated on node, as the
+// scheduler leaves it just before the binding.
+func allocatedElsewhere(ctx context.Context, t *testing.T, env *controllerEnv, node string) *corev1.Pod {
+	t.Helper()
+	claim, err := env.client.ResourceV1().ResourceClaims(tenant).Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.example.com"},
+		}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := env.client.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "claimed"},
+		Spec: corev1.PodSpec{
+			Containers:     []corev1.Container{{Name: "app", Image: "registry.invalid/app:1", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.Allocation = &resourceapi.AllocationResult{
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}},
+		}}}},
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.example.com", Pool: node, Device: "gpu-0"}}},
+	}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	if _, err := env.client.ResourceV1().ResourceClaims(tenant).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the cache sees the allocation
+	if pod, err = env.client.CoreV1().Pods(tenant).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }

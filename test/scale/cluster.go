@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -61,8 +63,11 @@ type Cluster struct {
 	scheduler    *process
 	schedulerURL string
 
-	controllerBin                        string
-	controller                           *process
+	controllerBin string
+	controller    *process
+	// controllerMemoryLimit is the chart's memory limit of the
+	// controller's container.
+	controllerMemoryLimit                int64
 	controllerMetrics                    string
 	webhookPort, metricsPort, healthPort int
 	// webhookConfiguration is the chart's ValidatingWebhookConfiguration,
@@ -323,7 +328,42 @@ func (c *Cluster) startController(ctx context.Context) error {
 	if _, err := c.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the webhook configuration: %w", err)
 	}
+	if c.controllerMemoryLimit, err = chartControllerMemoryLimit(filepath.Join(root, "deployments", "static", "dra-driver-swap.yaml")); err != nil {
+		return err
+	}
 	return c.runController(ctx, 0)
+}
+
+// chartControllerMemoryLimit is the memory limit of the controller's
+// container in the chart's default rendering.
+func chartControllerMemoryLimit(path string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	objs, err := manifest.Decode(string(data))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, u := range objs {
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		for _, ctr := range containers {
+			m, _ := ctr.(map[string]any)
+			if m["name"] != "controller" {
+				continue
+			}
+			limit, _, _ := unstructured.NestedString(m, "resources", "limits", "memory")
+			q, err := resource.ParseQuantity(limit)
+			if err != nil {
+				return 0, fmt.Errorf("%s: the controller's memory limit %q: %w", path, limit, err)
+			}
+			return q.Value(), nil
+		}
+	}
+	return 0, fmt.Errorf("%s: no controller container", path)
 }
 
 // runController (re)starts the dra-swap-controller binary as the chart
@@ -347,7 +387,15 @@ func (c *Cluster) runController(ctx context.Context, qps int) error {
 	if qps > 0 {
 		args = append(args, "--kube-api-qps="+strconv.Itoa(qps), "--kube-api-burst="+strconv.Itoa(2*qps))
 	}
-	p, err := startProcess("dra-swap-controller", c.controllerBin, filepath.Join(c.dir, "dra-swap-controller.log"), args...)
+	// In the chart's container the controller sets its soft memory limit
+	// to half of the container's memory limit; a process here has no
+	// container limit, so it is given that half.
+	env, err := exec.LookPath("env")
+	if err != nil {
+		return err
+	}
+	args = append([]string{"GOMEMLIMIT=" + strconv.FormatInt(c.controllerMemoryLimit/2, 10), c.controllerBin}, args...)
+	p, err := startProcess("dra-swap-controller", env, filepath.Join(c.dir, "dra-swap-controller.log"), args...)
 	if err != nil {
 		return err
 	}

@@ -87,10 +87,10 @@ func WriteReport(w io.Writer, machine string, results []Result, failures []strin
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "The controller (a separate dra-swap-controller process, chart defaults: 50 QPS, burst 100, 4 workers, swap-claims selection), while each mode's pods were scheduled, marked Running and labeled: CPU time and API requests from its /proc and `rest_client_requests_total`, RSS at the end (peak so far); binding → labels as the watch sees them (0 when the labels came with or before the binding):")
+	fmt.Fprintln(w, "The controller (a separate dra-swap-controller process, chart defaults: 50 QPS, burst 100, 4 workers, swap-claims selection), while each mode's pods were scheduled, marked Running and labeled: CPU time and API requests from its /proc and `rest_client_requests_total`, RSS at the end (peak so far); binding → labels as the watch sees them (0 when the labels came with or before the binding); webhook reviews answered 429, and pods the webhooks left to the reconciler because the cache did not show what a review named within 2 s, or for the relabel budget:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| nodes | pods' claim | labeled (at binding) | binding → labels p50 / p99 | CPU | RSS (peak) | API requests per pod |")
-	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| nodes | pods' claim | labeled (at binding) | binding → labels p50 / p99 | CPU | RSS (peak) | API requests per pod | 429 / not cached / relabel |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
 		for _, m := range r.Modes {
 			labeled := "–"
@@ -99,8 +99,8 @@ func WriteReport(w io.Writer, machine string, results []Result, failures []strin
 				labeled = fmt.Sprintf("%d (%d)", m.Labeled, m.LabeledAtBind)
 				delays = dur(m.LabelP50) + " / " + dur(m.LabelP99)
 			}
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s (%s) | %.2f |\n", r.Config.Nodes, m.Mode.Name, labeled, delays,
-				dur(m.ControllerCPU), mib(m.ControllerRSS), mib(m.PeakRSS), m.ControllerRequests/float64(max(m.Pods, 1)))
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s (%s) | %.2f | %.0f / %.0f / %.0f |\n", r.Config.Nodes, m.Mode.Name, labeled, delays,
+				dur(m.ControllerCPU), mib(m.ControllerRSS), mib(m.PeakRSS), m.ControllerRequests/float64(max(m.Pods, 1)), m.Busy, m.DeferredNotCached, m.DeferredRelabel)
 		}
 	}
 	fmt.Fprintln(w)

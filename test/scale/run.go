@@ -94,6 +94,12 @@ type ModeResult struct {
 	ControllerCPU          time.Duration
 	ControllerRSS, PeakRSS int64
 	ControllerRequests     float64
+	// Busy is how many webhook reviews the controller answered 429, and
+	// Deferred how many pods its webhooks left to the reconciler, by
+	// reason (dra_swap_controller_webhook_labels_deferred_total).
+	Busy                   float64
+	DeferredNotCached      float64
+	DeferredRelabel        float64
 	LabelP50, LabelP99     time.Duration
 	Labeled, LabeledAtBind int
 	Violations             []string
@@ -458,6 +464,12 @@ func (c *Cluster) runMode(ctx context.Context, m Mode, n int) (ModeResult, error
 		return res, fmt.Errorf("controller metrics: %w", err)
 	}
 	res.ControllerRequests = sum(ctrlAfter, "rest_client_requests_total", nil) - sum(ctrlBefore, "rest_client_requests_total", nil)
+	delta := func(name string, labels map[string]string) float64 {
+		return sum(ctrlAfter, name, labels) - sum(ctrlBefore, name, labels)
+	}
+	res.Busy = delta("controller_runtime_webhook_requests_total", map[string]string{"code": "429"})
+	res.DeferredNotCached = delta("dra_swap_controller_webhook_labels_deferred_total", map[string]string{"reason": "not-cached"})
+	res.DeferredRelabel = delta("dra_swap_controller_webhook_labels_deferred_total", map[string]string{"reason": "relabel-budget"})
 
 	su, err := c.scheduler.usage()
 	if err != nil {

@@ -50,30 +50,32 @@ func (v *ConfigValidator) Handle(ctx context.Context, req admission.Request) adm
 		gk       = schema.GroupKind{Group: resourceGroup, Kind: req.Kind.Kind}
 		call     = &review{v: v}
 	)
+	// Each object is decoded into the view of what is checked (decode.go):
+	// lists are counted before they are decoded.
 	switch req.Kind.Kind {
 	case "ResourceClaim":
-		claim := &resourceapi.ResourceClaim{}
+		claim := &claimView{}
 		if err := json.Unmarshal(req.Object.Raw, claim); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode ResourceClaim: %w", err))
 		}
 		errs, warnings = call.claimSpec(ctx, &claim.Spec, field.NewPath("spec"))
 	case "ResourceClaimTemplate":
-		tmpl := &resourceapi.ResourceClaimTemplate{}
+		tmpl := &templateView{}
 		if err := json.Unmarshal(req.Object.Raw, tmpl); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode ResourceClaimTemplate: %w", err))
 		}
 		errs, warnings = call.claimSpec(ctx, &tmpl.Spec.Spec, field.NewPath("spec", "spec"))
 	case "DeviceClass":
-		class := &resourceapi.DeviceClass{}
+		class := &classView{}
 		if err := json.Unmarshal(req.Object.Raw, class); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode DeviceClass: %w", err))
 		}
-		if n := len(class.Spec.Config); n > MaxConfigs {
-			errs = append(errs, field.TooMany(field.NewPath("spec", "config"), n, MaxConfigs))
+		if class.Spec.Config.over() {
+			errs = append(errs, field.TooMany(field.NewPath("spec", "config"), class.Spec.Config.Count, MaxConfigs))
 			break
 		}
-		for i, c := range class.Spec.Config {
-			errs = append(errs, v.opaque(c.Opaque, field.NewPath("spec", "config").Index(i).Child("opaque"))...)
+		for i, c := range class.Spec.Config.Items {
+			errs = append(errs, v.opaque(c, field.NewPath("spec", "config").Index(i).Child("opaque"))...)
 		}
 	default:
 		return admission.Allowed("not a kind this webhook checks")
@@ -86,11 +88,15 @@ func (v *ConfigValidator) Handle(ctx context.Context, req admission.Request) adm
 }
 
 // opaque checks one opaque configuration, if it is the driver's.
-func (v *ConfigValidator) opaque(o *resourceapi.OpaqueDeviceConfiguration, path *field.Path) field.ErrorList {
-	if o == nil || o.Driver != v1alpha1.DriverName {
+func (v *ConfigValidator) opaque(c configView, path *field.Path) field.ErrorList {
+	if c.Opaque == nil || c.Opaque.Driver != v1alpha1.DriverName {
 		return nil
 	}
-	_, errs := v.Decoder.DecodeField(o.Parameters.Raw, path.Child("parameters"))
+	params := []byte(c.Opaque.Parameters)
+	if string(params) == "null" {
+		params = nil // as runtime.RawExtension decodes it
+	}
+	_, errs := v.Decoder.DecodeField(params, path.Child("parameters"))
 	return errs
 }
 
@@ -105,48 +111,44 @@ type review struct {
 // claimSpec checks a claim spec's dra.swap configs and warns about its
 // swap requests. A spec over the API's limits (more requests, subrequests
 // or configs than the API server accepts, so not one it sends) is refused
-// without being looked at further.
-func (c *review) claimSpec(ctx context.Context, spec *resourceapi.ResourceClaimSpec, path *field.Path) (field.ErrorList, []string) {
+// from the lists' counts, without their elements being decoded.
+func (c *review) claimSpec(ctx context.Context, spec *claimSpecView, path *field.Path) (field.ErrorList, []string) {
 	var errs field.ErrorList
 	devPath := path.Child("devices")
-	if n := len(spec.Devices.Requests); n > MaxRequests {
-		errs = append(errs, field.TooMany(devPath.Child("requests"), n, MaxRequests))
+	requests, configs := &spec.Devices.Requests, &spec.Devices.Config
+	if requests.over() {
+		errs = append(errs, field.TooMany(devPath.Child("requests"), requests.Count, MaxRequests))
 	}
-	if n := len(spec.Devices.Config); n > MaxConfigs {
-		errs = append(errs, field.TooMany(devPath.Child("config"), n, MaxConfigs))
+	if configs.over() {
+		errs = append(errs, field.TooMany(devPath.Child("config"), configs.Count, MaxConfigs))
 	}
-	for i, r := range spec.Devices.Requests {
-		if i == MaxRequests {
-			break
-		}
-		if n := len(r.FirstAvailable); n > MaxSubRequests {
-			errs = append(errs, field.TooMany(devPath.Child("requests").Index(i).Child("firstAvailable"), n, MaxSubRequests))
+	for i, r := range requests.Items {
+		if r.FirstAvailable.over() {
+			errs = append(errs, field.TooMany(devPath.Child("requests").Index(i).Child("firstAvailable"), r.FirstAvailable.Count, MaxSubRequests))
 		}
 	}
 	if len(errs) > 0 {
 		return errs, nil
 	}
-	for i, cfg := range spec.Devices.Config {
-		errs = append(errs, c.v.opaque(cfg.Opaque, devPath.Child("config").Index(i).Child("opaque"))...)
+	for i, cfg := range configs.Items {
+		errs = append(errs, c.v.opaque(cfg, devPath.Child("config").Index(i).Child("opaque"))...)
 	}
 	var warnings []string
-	check := func(className string, capacity *resourceapi.CapacityRequirements, p *field.Path) {
-		if capacity == nil {
-			return
-		}
-		q, ok := capacity.Requests[v1alpha1.CapacitySwap]
-		if !ok || !c.isSwapClass(ctx, className) {
+	check := func(r *classRequestView, p *field.Path) {
+		q, ok := r.swap()
+		if !ok || !c.isSwapClass(ctx, r.DeviceClassName) {
 			return
 		}
 		warnings = append(warnings, c.requestWarnings(ctx, q, p.Child("capacity", "requests", string(v1alpha1.CapacitySwap)))...)
 	}
-	for i, r := range spec.Devices.Requests {
+	for i := range requests.Items {
+		r := &requests.Items[i]
 		p := devPath.Child("requests").Index(i)
 		if r.Exactly != nil {
-			check(r.Exactly.DeviceClassName, r.Exactly.Capacity, p.Child("exactly"))
+			check(r.Exactly, p.Child("exactly"))
 		}
-		for j, s := range r.FirstAvailable {
-			check(s.DeviceClassName, s.Capacity, p.Child("firstAvailable").Index(j))
+		for j := range r.FirstAvailable.Items {
+			check(&r.FirstAvailable.Items[j], p.Child("firstAvailable").Index(j))
 		}
 	}
 	return errs, warnings

@@ -83,7 +83,7 @@ func fuzzHandlers(t testing.TB) []fuzzHandler {
 		},
 		{
 			name: "BindingLabeler",
-			handler: &BindingLabeler{Pods: reader, APIReader: reader, Client: &patchChecker{}, Nodes: nodes, Selector: selectAll(true),
+			handler: &BindingLabeler{Pods: reader, Claims: reader, Client: &patchChecker{}, Nodes: nodes, Selector: selectAll(true),
 				Policy: podlabels.Policy{Selection: podlabels.SelectAll, Allowlist: []string{"example.com/rack"}}},
 			check: checkBindingLabeler,
 		},
@@ -192,7 +192,10 @@ func checkResponse(t *testing.T, name string, req admission.Request, resp admiss
 
 // checkConfigValidator: the validator allows exactly the objects whose
 // dra.swap opaque configurations all decode strictly (for the kinds it
-// checks, on create and update), and never patches.
+// checks, on create and update), and never patches. It decodes only what
+// it checks (decode.go), so an object that does not decode whole may be
+// judged on its configs too; one whose checked fields do not decode is
+// refused with 400.
 func checkConfigValidator(t *testing.T, _ admission.Handler, req admission.Request, resp admission.Response) {
 	t.Helper()
 	if len(resp.Patches) > 0 {
@@ -205,7 +208,8 @@ func checkConfigValidator(t *testing.T, _ admission.Handler, req admission.Reque
 		return
 	}
 	var configs []*resourceapi.OpaqueDeviceConfiguration
-	var err error
+	var err, viewErr error
+	var overLimits bool
 	switch req.Kind.Kind {
 	case "ResourceClaim":
 		var claim resourceapi.ResourceClaim
@@ -214,6 +218,9 @@ func checkConfigValidator(t *testing.T, _ admission.Handler, req admission.Reque
 				configs = append(configs, c.Opaque)
 			}
 		}
+		view := &claimView{}
+		viewErr = json.Unmarshal(req.Object.Raw, view)
+		overLimits = view.Spec.overLimits()
 	case "ResourceClaimTemplate":
 		var tmpl resourceapi.ResourceClaimTemplate
 		if err = json.Unmarshal(req.Object.Raw, &tmpl); err == nil {
@@ -221,6 +228,9 @@ func checkConfigValidator(t *testing.T, _ admission.Handler, req admission.Reque
 				configs = append(configs, c.Opaque)
 			}
 		}
+		view := &templateView{}
+		viewErr = json.Unmarshal(req.Object.Raw, view)
+		overLimits = view.Spec.Spec.overLimits()
 	case "DeviceClass":
 		var class resourceapi.DeviceClass
 		if err = json.Unmarshal(req.Object.Raw, &class); err == nil {
@@ -228,18 +238,26 @@ func checkConfigValidator(t *testing.T, _ admission.Handler, req admission.Reque
 				configs = append(configs, c.Opaque)
 			}
 		}
+		view := &classView{}
+		viewErr = json.Unmarshal(req.Object.Raw, view)
+		overLimits = view.Spec.Config.over()
 	default:
 		if !resp.Allowed {
 			t.Fatalf("validator denied a %s it does not check: %+v", req.Kind.Kind, resp.Result)
 		}
 		return
 	}
-	if err != nil {
-		if resp.Allowed {
-			t.Fatalf("validator allowed a %s that does not decode (%v): %s", req.Kind.Kind, err, req.Object.Raw)
+	switch {
+	case viewErr != nil:
+		if resp.Allowed || resp.Result.Code != http.StatusBadRequest {
+			t.Fatalf("validator answered a %s whose checked fields do not decode (%v) with %+v, want code 400", req.Kind.Kind, viewErr, resp.Result)
 		}
-		if resp.Result.Code != http.StatusBadRequest {
-			t.Fatalf("validator answered an undecodable %s with %+v, want code 400", req.Kind.Kind, resp.Result)
+		return
+	case err != nil:
+		return // judged on what it checks
+	case overLimits:
+		if resp.Allowed {
+			t.Fatalf("validator allowed a %s over the API's limits: %s", req.Kind.Kind, req.Object.Raw)
 		}
 		return
 	}
@@ -261,22 +279,23 @@ func checkConfigValidator(t *testing.T, _ admission.Handler, req admission.Reque
 	}
 }
 
-// checkBindingLabeler: the labeler never denies a binding it can decode,
-// and on a binding as the API server sends it (the encoding of its Go
+// checkBindingLabeler: the labeler never denies a binding whose fields it
+// reads decode, and on a binding as the API server sends it (the encoding of its Go
 // type) it changes nothing but labels and annotations.
 func checkBindingLabeler(t *testing.T, h admission.Handler, req admission.Request, resp admission.Response) {
 	t.Helper()
 	var binding corev1.Binding
 	decodeErr := json.Unmarshal(req.Object.Raw, &binding)
+	viewErr := json.Unmarshal(req.Object.Raw, &bindingView{})
 	isBinding := req.Operation == admissionv1.Create && req.SubResource == "binding"
 	switch {
-	case !isBinding || decodeErr == nil:
+	case !isBinding || viewErr == nil:
 		if !resp.Allowed {
 			t.Fatalf("labeler denied %s %s: %+v", req.Operation, req.Object.Raw, resp.Result)
 		}
 	default:
 		if resp.Allowed || resp.Result.Code != http.StatusBadRequest {
-			t.Fatalf("labeler answered an undecodable binding (%v) with %+v, want code 400", decodeErr, resp.Result)
+			t.Fatalf("labeler answered a binding whose target does not decode (%v) with %+v, want code 400", viewErr, resp.Result)
 		}
 	}
 	if !isBinding || decodeErr != nil {
@@ -303,8 +322,9 @@ func checkBindingLabeler(t *testing.T, h admission.Handler, req admission.Reques
 	}
 }
 
-// checkReservationLabeler: the labeler never denies a claim it can decode
-// (it labels pods on the side; patchChecker checks those patches).
+// checkReservationLabeler: the labeler never denies a claim whose fields
+// it reads decode (it labels pods on the side; patchChecker checks those
+// patches).
 func checkReservationLabeler(t *testing.T, h admission.Handler, req admission.Request, resp admission.Response) {
 	t.Helper()
 	if pc, ok := h.(*ReservationLabeler).Client.(*patchChecker); ok && pc.problem != "" {
@@ -318,9 +338,8 @@ func checkReservationLabeler(t *testing.T, h admission.Handler, req admission.Re
 	if resp.Allowed {
 		return
 	}
-	var claim resourceapi.ResourceClaim
 	isReservation := req.Operation == admissionv1.Update && req.SubResource == "status" && req.Kind.Kind == "ResourceClaim"
-	if !isReservation || json.Unmarshal(req.Object.Raw, &claim) == nil && json.Unmarshal(req.OldObject.Raw, &claim) == nil {
+	if !isReservation || json.Unmarshal(req.Object.Raw, &claimStatusView{}) == nil && json.Unmarshal(req.OldObject.Raw, &claimStatusView{}) == nil {
 		t.Fatalf("reservation labeler denied %s %s (old %s): %+v", req.Operation, req.Object.Raw, req.OldObject.Raw, resp.Result)
 	}
 	if resp.Result.Code != http.StatusBadRequest {

@@ -8,13 +8,16 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2/ktesting"
@@ -93,7 +96,7 @@ func TestBindingLabeler(t *testing.T) {
 			}
 			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
 			patched := 0
-			h := &BindingLabeler{Pods: c, Client: c, Nodes: nodes, Selector: selectAll(tc.selected), Patched: func() { patched++ },
+			h := &BindingLabeler{Pods: c, Claims: c, Client: c, Nodes: nodes, Selector: selectAll(tc.selected), Patched: func() { patched++ },
 				Policy: podlabels.Policy{Selection: podlabels.SelectAll, Allowlist: []string{"example.com/rack"}}}
 			resp := h.Handle(ctx, bindingRequest(t, tc.pod, tc.node, tc.uid, tc.dryRun))
 			if !resp.Allowed || len(resp.Patches) > 0 || resp.Patch != nil {
@@ -288,4 +291,104 @@ func TestConfigValidatorBounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBindingLabelerChecksTheClaimsNode: a pod with claims is labelled at
+// its binding only when every claim is allocated, as the cache shows it,
+// to devices usable on the binding's node; a binding to another node is
+// not the scheduler's (it allocates the claims first), so the pod keeps
+// its labels whatever the review says. A claim that reaches the cache
+// late is waited for, up to CacheWait.
+func TestBindingLabelerChecksTheClaimsNode(t *testing.T) {
+	swapDevice := &resourceapi.Device{Name: "swap", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"swapBehavior": {StringValue: ptr.To("NoSwap")},
+	}}
+	nodes := fakeNodes{
+		"node-a": {Labels: map[string]string{podlabels.Zone: "a", "rack": "r1"}, Device: swapDevice},
+		"node-b": {Labels: map[string]string{podlabels.Zone: "b", "rack": "r2"}, Device: swapDevice},
+	}
+	onNode := func(node string) *corev1.NodeSelector {
+		return &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}},
+		}}}}
+	}
+	byRack := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: "rack", Operator: corev1.NodeSelectorOpIn, Values: []string{"r1"}},
+	}}}}
+	swapOn := func(node string) *resourceapi.AllocationResult {
+		return &resourceapi.AllocationResult{NodeSelector: onNode(node), Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+			{Request: "swap", Driver: v1alpha1.DriverName, Pool: node, Device: "swap"}}}}
+	}
+	gpuWith := func(sel *corev1.NodeSelector) *resourceapi.AllocationResult {
+		return &resourceapi.AllocationResult{NodeSelector: sel, Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+			{Request: "gpu", Driver: "gpu.example.com", Pool: "rack-r1", Device: "gpu-0"}}}}
+	}
+	tests := []struct {
+		name      string
+		claims    map[string]*resourceapi.AllocationResult // claim name -> allocation (nil: unallocated)
+		template  bool                                     // a template claim whose status is not set yet
+		lateClaim bool                                     // the claims reach the cache after a few reads
+		node      string
+		wantLabel bool
+	}{
+		{name: "no claims: any node running the driver", node: "node-b", wantLabel: true},
+		{name: "swap claim allocated on the node", claims: map[string]*resourceapi.AllocationResult{"swap": swapOn("node-a")}, node: "node-a", wantLabel: true},
+		{name: "swap claim allocated on another node", claims: map[string]*resourceapi.AllocationResult{"swap": swapOn("node-a")}, node: "node-b"},
+		{name: "a claim not allocated", claims: map[string]*resourceapi.AllocationResult{"swap": nil}, node: "node-a"},
+		{name: "a claim the cache does not have", claims: map[string]*resourceapi.AllocationResult{"absent": nil}, node: "node-a"},
+		{name: "another driver's claim on a rack the node is in", claims: map[string]*resourceapi.AllocationResult{"gpu": gpuWith(byRack)}, node: "node-a", wantLabel: true},
+		{name: "another driver's claim on a rack the node is not in", claims: map[string]*resourceapi.AllocationResult{"gpu": gpuWith(byRack)}, node: "node-b"},
+		{name: "a network device usable anywhere", claims: map[string]*resourceapi.AllocationResult{"gpu": gpuWith(nil)}, node: "node-b", wantLabel: true},
+		{name: "one of two claims on another node", claims: map[string]*resourceapi.AllocationResult{"swap": swapOn("node-a"), "gpu": gpuWith(onNode("node-b"))}, node: "node-a"},
+		{name: "a template claim not created yet", template: true, node: "node-a"},
+		{name: "a claim allocated a moment ago reaches the cache within CacheWait", claims: map[string]*resourceapi.AllocationResult{"swap": swapOn("node-a")}, lateClaim: true, node: "node-a", wantLabel: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p"}}
+			var objs []client.Object
+			for name, alloc := range tc.claims {
+				pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimName: ptr.To(name)})
+				if name == "absent" {
+					continue
+				}
+				objs = append(objs, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Status: resourceapi.ResourceClaimStatus{Allocation: alloc}})
+			}
+			if tc.template {
+				pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "t", ResourceClaimTemplateName: ptr.To("t")})
+			}
+			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(append(objs, pod)...).Build()
+			var claims client.Reader = c
+			if tc.lateClaim {
+				claims = &lagging{Reader: c, misses: 5}
+			}
+			h := &BindingLabeler{Pods: c, Claims: claims, Client: c, Nodes: nodes, Selector: selectAll(true), CacheWait: time.Second,
+				Policy: podlabels.Policy{Selection: podlabels.SelectAll}}
+			if resp := h.Handle(ctx, bindingRequest(t, "p", tc.node, "uid-p", false)); !resp.Allowed {
+				t.Fatalf("denied: %+v", resp.Result)
+			}
+			got := &corev1.Pod{}
+			if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "p"}, got); err != nil {
+				t.Fatal(err)
+			}
+			if labelled := got.Labels[podlabels.Zone] != ""; labelled != tc.wantLabel {
+				t.Errorf("labelled %v (%v), want %v", labelled, got.Labels, tc.wantLabel)
+			}
+		})
+	}
+}
+
+// lagging is a cache that does not show objects for its first misses reads.
+type lagging struct {
+	client.Reader
+	misses int
+}
+
+func (l *lagging) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if l.misses > 0 {
+		l.misses--
+		return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+	}
+	return l.Reader.Get(ctx, key, obj, opts...)
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -35,13 +37,15 @@ const FieldManager = "dra-swap-controller"
 // one, and it does not label on a dry run.
 //
 // Anyone who reaches the webhook Service can post a review, so the handler
-// acts only on what the API confirms. The update under review is not
-// stored yet, so the stored claim cannot show the new reservation; the
-// handler checks everything that is stored:
-//   - the claim: the review's namespace and name, read from the cache (or
-//     the API server when the cache lags); its UID and resourceVersion
-//     must be the review's, so the review's old object is the stored claim
-//     and the newly reserved pods are those the update adds to it;
+// acts only on what the API confirms, as its informer cache shows it (it
+// never reads the API server: a review that names what the cache does not
+// show waits up to CacheWait for it, then labels nothing). The update
+// under review is not stored yet, so the stored claim cannot show the new
+// reservation; the handler checks everything that is stored:
+//   - the claim: the review's namespace and name; its UID and
+//     resourceVersion must be the review's, so the review's old object is
+//     the stored claim and the newly reserved pods are those the update
+//     adds to it;
 //   - the node: the stored claim's dra.swap allocation; only while the
 //     stored claim is unallocated (the update allocates it), the
 //     allocation under review, and then only a node whose plugin publishes
@@ -56,18 +60,24 @@ const FieldManager = "dra-swap-controller"
 // What a forged review can still do is set the labels the controller owns
 // on an unbound pod that uses the claim to those of a node that runs the
 // driver, which the scheduler's own reservation and, once the pod is
-// bound, the reconciler overwrite.
+// bound, the reconciler overwrite; Patches bounds how often.
 type ReservationLabeler struct {
-	// Claims and Pods read the cache; APIReader reads the API server when
-	// the cache lags (pods were created a moment ago).
-	Claims    client.Reader
-	Pods      client.Reader
-	APIReader client.Reader
-	Client    client.Writer
-	Nodes     NodeGetter
-	Policy    podlabels.Policy
-	// Patched, if set, is told about every pod it labeled.
-	Patched func()
+	// Claims and Pods read the cache.
+	Claims client.Reader
+	Pods   client.Reader
+	Client client.Writer
+	Nodes  NodeGetter
+	Policy podlabels.Policy
+	// CacheWait is how long a review waits for the cache to show the
+	// claim and pods it names (0: it looks once).
+	CacheWait time.Duration
+	// Patches bounds the pod patches (nil: unbounded).
+	Patches *PatchBudget
+	// Patched, if set, is told about every pod it labeled; Deferred about
+	// every pod it left to the reconciler, and why (DeferredNotCached,
+	// DeferredRelabelBudget).
+	Patched  func()
+	Deferred func(reason string)
 }
 
 // Handle implements admission.Handler.
@@ -78,30 +88,35 @@ func (h *ReservationLabeler) Handle(ctx context.Context, req admission.Request) 
 	if req.DryRun != nil && *req.DryRun {
 		return admission.Allowed("dry run: nothing labeled")
 	}
-	claim, old := &resourceapi.ResourceClaim{}, &resourceapi.ResourceClaim{}
-	if err := json.Unmarshal(req.Object.Raw, claim); err != nil {
+	view, oldView := &claimStatusView{}, &claimStatusView{}
+	if err := json.Unmarshal(req.Object.Raw, view); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode ResourceClaim: %w", err))
 	}
-	if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+	if err := json.Unmarshal(req.OldObject.Raw, oldView); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the old ResourceClaim: %w", err))
 	}
 	key := types.NamespacedName{Namespace: req.Namespace, Name: req.Name}
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(key.Namespace, key.Name))
-	if len(claim.Status.ReservedFor) > MaxReservedFor || len(old.Status.ReservedFor) > MaxReservedFor {
-		return admission.Allowed(fmt.Sprintf("ignored: more than %d reservedFor entries, which the API server never sends", MaxReservedFor))
+	for _, v := range []*claimStatusView{view, oldView} {
+		if over := v.overLimits(); over != "" {
+			return admission.Allowed("ignored: " + over + ", which the API server never sends")
+		}
 	}
+	claim, old := view.claim(), oldView.claim()
 	if claim.Namespace != key.Namespace || claim.Name != key.Name || old.UID != claim.UID || claim.UID == "" {
 		return admission.Allowed("ignored: the objects are not the reviewed claim")
 	}
 	if swapNode(claim) == "" {
 		return admission.Allowed("no dra.swap allocation")
 	}
-	stored, err := h.storedClaim(ctx, key, old.ResourceVersion)
+	until := time.Now().Add(h.CacheWait)
+	stored, err := h.storedClaim(ctx, key, claim.UID, old.ResourceVersion, until)
 	if err != nil {
 		logger.Error(err, "Cannot label the claim's pods; the reconciler will")
 		return admission.Allowed("claim not readable")
 	}
 	if stored == nil || stored.UID != claim.UID || stored.ResourceVersion != old.ResourceVersion {
+		h.deferred(DeferredNotCached)
 		return admission.Allowed("ignored: the review does not match the stored claim")
 	}
 	nodeName := swapNode(stored)
@@ -128,54 +143,76 @@ func (h *ReservationLabeler) Handle(ctx context.Context, req admission.Request) 
 		refs = refs[:MaxNewReservations]
 	}
 	for _, ref := range refs {
-		if err := h.label(ctx, stored, ref, desired); err != nil {
+		if err := h.label(ctx, stored, ref, desired, until); err != nil {
 			logger.Error(err, "Cannot label pod; the reconciler will", "pod", klog.KRef(key.Namespace, ref.Name))
 		}
 	}
 	return admission.Allowed("")
 }
 
-// storedClaim reads the claim from the cache, or from the API server when
-// the cache does not have the version under review; nil if it does not
-// exist.
-func (h *ReservationLabeler) storedClaim(ctx context.Context, key types.NamespacedName, resourceVersion string) (*resourceapi.ResourceClaim, error) {
-	claim := &resourceapi.ResourceClaim{}
-	err := h.Claims.Get(ctx, key, claim)
-	if err == nil && claim.ResourceVersion == resourceVersion || h.APIReader == nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("get ResourceClaim %s from the cache: %w", key, err)
-		}
-		return claim, nil
+func (h *ReservationLabeler) deferred(reason string) {
+	if h.Deferred != nil {
+		h.Deferred(reason)
 	}
-	claim = &resourceapi.ResourceClaim{}
-	switch err := h.APIReader.Get(ctx, key, claim); {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("get ResourceClaim %s: %w", key, err)
-	}
-	return claim, nil
 }
 
-func (h *ReservationLabeler) label(ctx context.Context, claim *resourceapi.ResourceClaim, ref resourceapi.ResourceClaimConsumerReference, desired map[string]string) error {
+// storedClaim is the claim as the cache has it once the cache holds the
+// version under review (or a later one, or until passes); nil if the cache
+// has no claim of that name.
+func (h *ReservationLabeler) storedClaim(ctx context.Context, key types.NamespacedName, uid types.UID, resourceVersion string, until time.Time) (*resourceapi.ResourceClaim, error) {
+	var claim *resourceapi.ResourceClaim
+	_, err := awaitCache(ctx, until, func() (bool, error) {
+		c := &resourceapi.ResourceClaim{}
+		switch err := h.Claims.Get(ctx, key, c); {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("get ResourceClaim %s from the cache: %w", key, err)
+		}
+		claim = c
+		if c.ResourceVersion == resourceVersion && c.UID == uid {
+			return true, nil
+		}
+		// Wait only while the cache is behind the review (a malformed
+		// resourceVersion is not the API server's: no wait).
+		if cmp, cmpErr := resourceversion.CompareResourceVersion(c.ResourceVersion, resourceVersion); cmpErr == nil && cmp < 0 {
+			return false, nil
+		}
+		return true, nil
+	})
+	return claim, err
+}
+
+func (h *ReservationLabeler) label(ctx context.Context, claim *resourceapi.ResourceClaim, ref resourceapi.ResourceClaimConsumerReference, desired map[string]string, until time.Time) error {
 	key := types.NamespacedName{Namespace: claim.Namespace, Name: ref.Name}
 	pod := &corev1.Pod{}
-	err := h.Pods.Get(ctx, key, pod)
-	if (apierrors.IsNotFound(err) || err == nil && pod.UID != ref.UID) && h.APIReader != nil {
-		pod = &corev1.Pod{}
-		err = h.APIReader.Get(ctx, key, pod)
-	}
+	found, err := awaitCache(ctx, until, func() (bool, error) {
+		switch err := h.Pods.Get(ctx, key, pod); {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("get pod %s from the cache: %w", key, err)
+		}
+		// The claim controller names a template's claim in the pod's
+		// status: the cache may show the pod before that.
+		return pod.UID == ref.UID && podlabels.UsesClaim(pod, claim), nil
+	})
 	if err != nil {
-		return client.IgnoreNotFound(err)
+		return err
 	}
-	if pod.UID != ref.UID || pod.DeletionTimestamp != nil || pod.Spec.NodeName != "" || !podlabels.UsesClaim(pod, claim) {
+	if !found {
+		h.deferred(DeferredNotCached)
+		return nil
+	}
+	if pod.DeletionTimestamp != nil || pod.Spec.NodeName != "" {
 		return nil
 	}
 	change := podlabels.Diff(pod, desired, h.Policy.Owns)
 	if change.Empty() {
+		return nil
+	}
+	if !h.Patches.Allow(pod.UID) {
+		h.deferred(DeferredRelabelBudget)
 		return nil
 	}
 	patch, err := change.MergePatch()

@@ -254,7 +254,7 @@ func TestReservationLabelerBounds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			counting := &countingClient{Client: c}
 			patched := 0
-			h := &ReservationLabeler{Claims: counting, Pods: counting, APIReader: counting, Client: counting, Nodes: nodes,
+			h := &ReservationLabeler{Claims: counting, Pods: counting, Client: counting, Nodes: nodes,
 				Policy: podlabels.Policy{Selection: podlabels.SelectSwapClaims}, Patched: func() { patched++ }}
 			resp := h.Handle(ctx, claimStatusRequest(t, stored, review(tc.entries, tc.distinct), false))
 			if !resp.Allowed {

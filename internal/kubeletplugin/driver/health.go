@@ -2,9 +2,7 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -12,6 +10,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/httpserver"
 )
 
 // probes answer the DaemonSet's probes of the plugin's pod.
@@ -77,9 +77,12 @@ func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // serveHTTP serves /metrics, /readyz and /healthz on addr until the
-// returned stop is called.
+// returned stop is called, within internal/httpserver's deadlines and
+// connection bounds: every plugin pod's address is listed by the metrics
+// Service, and whoever reaches it must not hold its memory (128 MiB) with
+// idle or slow connections.
 func serveHTTP(ctx context.Context, addr string, metrics http.Handler, p *probes) (stop func(), err error) {
-	l, err := net.Listen("tcp", addr)
+	l, err := httpserver.Listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics and probes on %s: %w", addr, err)
 	}
@@ -87,15 +90,17 @@ func serveHTTP(ctx context.Context, addr string, metrics http.Handler, p *probes
 	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/readyz", p.readyz)
 	mux.HandleFunc("/healthz", p.healthz)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New(mux)
+	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
 	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		defer close(done)
+		if err := httpserver.Serve(serveCtx, srv, l, 5*time.Second); err != nil {
 			klog.FromContext(ctx).Error(err, "Metrics and probes server failed", "address", addr)
 		}
 	}()
 	return func() {
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
+		cancel()
+		<-done
 	}, nil
 }

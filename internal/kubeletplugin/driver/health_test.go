@@ -9,10 +9,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/httpserver"
 )
 
 func probe(t *testing.T, h http.HandlerFunc) (int, string) {
@@ -113,5 +116,28 @@ func TestServeHTTP(t *testing.T) {
 	}
 	if _, err := serveHTTP(ctx, addr, metrics.Handler(), newProbes(ctx)); err == nil || !strings.Contains(err.Error(), addr) {
 		t.Errorf("second listener on %s: %v", addr, err)
+	}
+	// One caller holds at most httpserver.MaxConnsPerHost connections: the
+	// next is closed at once, whatever it sends.
+	http.DefaultClient.CloseIdleConnections()
+	var conns []net.Conn
+	for range httpserver.MaxConnsPerHost + 1 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	last := conns[len(conns)-1]
+	_ = last.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := last.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("connection %d of one caller was kept (%v)", len(conns), err)
+	}
+	for i, c := range conns[:len(conns)-1] {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, io.EOF) {
+			t.Errorf("connection %d of one caller was closed", i+1)
+		}
 	}
 }

@@ -7,7 +7,8 @@
 // With MMAP=1 it instead maps ALLOC_MIB MiB, touches every page once,
 // reports MAPPED and holds for HOLD_SECONDS, unmapping them on SIGUSR1
 // (then reports FREED): memory that stays where the kernel puts it (in
-// swap, once reclaim pushed it there) and that a test can have freed.
+// swap, once reclaim pushed it there) and that a test can have freed. With FLOOD_TARGETS it
+// floods webhook servers with forged admission reviews instead (flood.go).
 package main
 
 import (
@@ -25,6 +26,10 @@ import (
 )
 
 func main() {
+	if os.Getenv("FLOOD_TARGETS") != "" {
+		flood()
+		return
+	}
 	alloc := envInt("ALLOC_MIB", 200)
 	hold := envInt("HOLD_SECONDS", 0)
 	thrash := envInt("THRASH_SECONDS", 0)
