@@ -95,7 +95,7 @@ func TestReadSelf(t *testing.T) {
 	}, {
 		name: "v1 without swap accounting",
 		files: map[string]string{
-			"proc/self/cgroup": "7:memory:/\n",
+			"proc/self/cgroup":                           "7:memory:/\n",
 			"sys/fs/cgroup/memory/memory.limit_in_bytes": "67108864",
 		},
 		env:       map[string]string{"DRA_SWAP_LIMIT_BYTES": ""},

@@ -301,7 +301,7 @@ func listDevices(ctx context.Context, client kubernetes.Interface) (map[string]d
 		for i := range list.Items {
 			s := &list.Items[i]
 			node := ptr.Deref(s.Spec.NodeName, "")
-			if node == "" || s.Spec.Pool.Name != node {
+			if s.Spec.Driver != v1alpha1.DriverName || node == "" || s.Spec.Pool.Name != node {
 				continue
 			}
 			if have, ok := out[node]; ok && have.generation > s.Spec.Pool.Generation {
