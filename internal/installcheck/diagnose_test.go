@@ -20,7 +20,8 @@ const mi = int64(1) << 20
 // offer bytes (step 1Mi), or unusable with offer 0.
 func swapDevice(behavior string, offer int64, cgroupVersion int64, taints ...resourceapi.DeviceTaint) *resourceapi.Device {
 	d := &resourceapi.Device{
-		Name: v1alpha1.DeviceName,
+		Name:                     v1alpha1.DeviceName,
+		AllowMultipleAllocations: ptr.To(true),
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			v1alpha1.AttrSwapBehavior:  {StringValue: ptr.To(behavior)},
 			v1alpha1.AttrUsable:        {BoolValue: ptr.To(offer > 0)},
