@@ -5,8 +5,11 @@
 #                   kubelet refuses LimitedSwap on cgroup v1), 1 GiB of
 #                   swap, zone-a/region-1, pods 10.88.0.0/16
 #   dra-swap-guest  a Debian guest under QEMU software emulation
-#                   (hack/guest): cgroup v2, systemd, kubelet LimitedSwap,
-#                   768 MiB of swap, zone-b/region-2, pods 10.89.0.0/16
+#                   (hack/guest): cgroup v2, systemd, kubelet NoSwap (a
+#                   node sells swap under no other behavior;
+#                   TestKubeletSwapBehaviorChange turns it to LimitedSwap
+#                   and back), 768 MiB of swap, zone-b/region-2,
+#                   pods 10.89.0.0/16
 # joined over a tap link (host 10.200.0.1, guest 10.200.0.2) with each
 # node's pod network routed to the other. The driver is installed once, by
 # helm, on this host; its DaemonSet runs on both nodes.
@@ -98,7 +101,7 @@ trap cluster_down EXIT
 cat > "$share/node.env" <<ENV
 export CLUSTER_ROLE=node NODE_NAME=$guest_node NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip NODE_PKI=/share/pki \\
 	POD_CIDR=$guest_pods PEER_NODE_IP=$host_ip PEER_POD_CIDR=$host_pods \\
-	SWAP_BEHAVIOR=LimitedSwap SWAP_SIZE_MIB=768 NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1 CHART_FROM_REGISTRY=1
+	SWAP_BEHAVIOR=NoSwap SWAP_SIZE_MIB=768 NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1 CHART_FROM_REGISTRY=1
 ENV
 cat > "$share/run.sh" <<'RUN'
 #!/bin/bash

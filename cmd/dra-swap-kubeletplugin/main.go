@@ -93,6 +93,9 @@ func (o *options) flagSet() *pflag.FlagSet {
 	fs.Float64Var(&o.cfg.Policy.OvercommitRatio, "overcommit-ratio", 1.0, "Swap offered = active swap × this ratio − --reserved.")
 	fs.StringVar(&o.reserved, "reserved", "0", "Swap kept back for system daemons (quantity, e.g. 512Mi).")
 	fs.StringVar(&o.defaultRequest, "default-request", "1Gi", "Swap granted to a claim whose request names no capacity; capped at the offer.")
+	fs.StringSliceVar(&o.cfg.Policy.UnsafeOfferUnder, "unsafe-offer-swap-under", nil, "Kubelet swap behaviors besides NoSwap (LimitedSwap, WorkloadControlledSwap, Unknown) under which the node still offers its swap, comma-separated. "+
+		"Unsafe: under them the kubelet gives containers without a claim swap of its own from the same swap, so it is promised twice and a claimed container can be OOM-killed below its claim. "+
+		"By default the node offers swap under NoSwap only.")
 	fs.DurationVar(&o.cfg.RescanInterval, "rescan-interval", 5*time.Second, "How often the node's swap and kubelet configuration are rediscovered.")
 	fs.BoolVar(&o.cfg.AllowCriticalPods, "allow-critical-pods", false, "Let system-node-critical and system-cluster-critical pods use swap.")
 	fs.StringVar(&o.cfg.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "The container runtime's NRI socket: the plugin registers there to put swap limits into containers' OCI specs and correct the kubelet's container updates. Empty turns NRI off; a missing socket is waited for.")
@@ -129,6 +132,9 @@ func (o *options) complete() error {
 		return fmt.Errorf("--default-request %s must be at least 1Mi", o.defaultRequest)
 	}
 	o.cfg.Pressure.SwapFullThreshold, o.cfg.Pressure.SwapFullClear = o.swapFullPercent/100, o.swapFullClearPercent/100
+	if err := o.cfg.Policy.Validate(); err != nil {
+		return fmt.Errorf("what the node offers (--overcommit-ratio, --reserved, --default-request, --unsafe-offer-swap-under): %w", err)
+	}
 	return nil
 }
 

@@ -28,6 +28,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{args: []string{"--reserved=-1Gi"}, wantErr: "--reserved \"-1Gi\" must not be negative"},
 		{args: []string{"--reserved=lots"}, wantErr: "--reserved \"lots\""},
 		{args: []string{"--default-request=1Ki"}, wantErr: "must be at least 1Mi"},
+		{args: []string{"--node-name=n", "--unsafe-offer-swap-under=NoSwap"}, wantErr: `kubelet swap behavior "NoSwap" to offer swap under is none of LimitedSwap, WorkloadControlledSwap, Unknown`},
+		{args: []string{"--node-name=n", "--unsafe-offer-swap-under=LimitedSwap,Bogus"}, wantErr: `kubelet swap behavior "Bogus"`},
 		{args: []string{"--kubeconfig=/does/not/exist"}, wantErr: "load kubeconfig /does/not/exist"},
 	}
 	for _, tc := range tests {
@@ -56,6 +58,33 @@ func TestRunVersion(t *testing.T) {
 		var stdout bytes.Buffer
 		if err := run(args, &stdout); err != nil || stdout.String() != want {
 			t.Errorf("run(%q) = %v, printed %q; want nil and %q", args, err, stdout.String(), want)
+		}
+	}
+}
+
+// TestUnsafeOfferSwapUnder: --unsafe-offer-swap-under reaches the
+// policy as the list of behaviors it names (none by default, and none when
+// the chart renders it empty).
+func TestUnsafeOfferSwapUnder(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{args: nil, want: nil},
+		{args: []string{"--unsafe-offer-swap-under="}, want: nil},
+		{args: []string{"--unsafe-offer-swap-under=LimitedSwap"}, want: []string{"LimitedSwap"}},
+		{args: []string{"--unsafe-offer-swap-under=LimitedSwap,Unknown"}, want: []string{"LimitedSwap", "Unknown"}},
+		{args: []string{"--unsafe-offer-swap-under=WorkloadControlledSwap", "--unsafe-offer-swap-under=Unknown"}, want: []string{"WorkloadControlledSwap", "Unknown"}},
+	} {
+		o := options{}
+		if err := o.flagSet().Parse(tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if err := o.complete(); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if got := o.cfg.Policy.UnsafeOfferUnder; len(got) != len(tc.want) || strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%q: UnsafeOfferUnder %q, want %q", tc.args, got, tc.want)
 		}
 	}
 }

@@ -17,8 +17,9 @@ IMAGE_LAYOUTS="$IMAGES $IMAGES_UPGRADE"
 CLUSTER_DIR="${CLUSTER_DIR:-/var/lib/dra-swap-e2e}"
 NODE_NAME="${NODE_NAME:-dra-swap-node}"
 SWAP_SIZE_MIB="${SWAP_SIZE_MIB:-1024}"
-# The node's facts that differ between the two nodes of the e2e cluster
-# (hack/e2e-cluster.sh): the kubelet's swapBehavior and the node's zone and
+# The node's facts that may differ between the two nodes of the e2e cluster
+# (hack/e2e-cluster.sh): the kubelet's swapBehavior (NoSwap on both: under
+# LimitedSwap the driver sells no swap by default) and the node's zone and
 # region labels.
 SWAP_BEHAVIOR="${SWAP_BEHAVIOR:-NoSwap}"
 case "$SWAP_BEHAVIOR" in NoSwap | LimitedSwap) ;; *) echo "SWAP_BEHAVIOR must be NoSwap or LimitedSwap, not $SWAP_BEHAVIOR" >&2; exit 1 ;; esac

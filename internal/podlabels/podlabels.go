@@ -57,10 +57,10 @@ func (n Node) stringAttribute(name resourceapi.QualifiedName) string {
 }
 
 // SwapBehavior is the kubelet's swap behavior as the plugin published it
-// (NoSwap or LimitedSwap), or "" when unknown.
+// (NoSwap, LimitedSwap or WorkloadControlledSwap), or "" when unknown.
 func (n Node) SwapBehavior() string {
 	switch b := n.stringAttribute(v1alpha1.AttrSwapBehavior); b {
-	case v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap:
+	case v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap, v1alpha1.SwapBehaviorWorkloadControlledSwap:
 		return b
 	}
 	return ""

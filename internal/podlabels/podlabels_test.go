@@ -21,7 +21,21 @@ import (
 
 const gi = 1 << 30
 
+// device is the swap device a plugin publishes that offers swap under
+// every kubelet swap behavior (--unsafe-offer-swap-under all of them), so
+// that the offer is the swap's whatever the behavior; defaultPolicyDevice
+// is a default plugin's.
 func device(t *testing.T, behavior string, totalBytes int64, nodeLabels map[string]string) *resourceapi.Device {
+	t.Helper()
+	return deviceWith(t, behavior, totalBytes, nodeLabels, swapdevice.Policy{OvercommitRatio: 1, UnsafeOfferUnder: swapdevice.UnsafeSwapBehaviors()})
+}
+
+func defaultPolicyDevice(t *testing.T, behavior string, totalBytes int64) *resourceapi.Device {
+	t.Helper()
+	return deviceWith(t, behavior, totalBytes, nil, swapdevice.Policy{OvercommitRatio: 1})
+}
+
+func deviceWith(t *testing.T, behavior string, totalBytes int64, nodeLabels map[string]string, p swapdevice.Policy) *resourceapi.Device {
 	t.Helper()
 	f := discovery.Facts{
 		Devices:       []discovery.SwapDevice{{Path: "/swapfile", Type: "file", SizeBytes: totalBytes}},
@@ -34,7 +48,7 @@ func device(t *testing.T, behavior string, totalBytes int64, nodeLabels map[stri
 	if totalBytes == 0 {
 		f.Devices = nil
 	}
-	d, _ := swapdevice.Device(f, nodeLabels, swapdevice.Policy{OvercommitRatio: 1})
+	d, _ := swapdevice.Device(f, nodeLabels, p)
 	return d
 }
 
@@ -222,6 +236,20 @@ func TestNodeLabels(t *testing.T) {
 			name: "swap node gets behavior and capacity",
 			node: func(t *testing.T) Node { return Node{Device: device(t, v1alpha1.SwapBehaviorLimitedSwap, 4*gi, nil)} },
 			want: map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("LimitedSwap"), v1alpha1.LabelCapacity: ptr.To("4Gi")},
+		},
+		{
+			name: "LimitedSwap node of a default plugin: behavior, no capacity (it offers none)",
+			node: func(t *testing.T) Node {
+				return Node{Labels: map[string]string{v1alpha1.LabelCapacity: "4Gi"}, Device: defaultPolicyDevice(t, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)}
+			},
+			want: map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("LimitedSwap"), v1alpha1.LabelCapacity: nil},
+		},
+		{
+			name: "WorkloadControlledSwap node (KEP-5359) of a default plugin",
+			node: func(t *testing.T) Node {
+				return Node{Labels: map[string]string{v1alpha1.LabelSwapBehavior: "NoSwap"}, Device: defaultPolicyDevice(t, v1alpha1.SwapBehaviorWorkloadControlledSwap, 4*gi)}
+			},
+			want: map[string]*string{v1alpha1.LabelSwapBehavior: ptr.To("WorkloadControlledSwap")},
 		},
 		{
 			name: "odd size in binary units",

@@ -186,14 +186,17 @@ func (e *controllerEnv) node(ctx context.Context, name string, nodeLabels map[st
 	e.publish(ctx, name, nodeLabels, behavior, swapBytes)
 }
 
-// publish creates or updates the node's ResourceSlice with swapdevice.Device.
+// publish creates or updates the node's ResourceSlice with swapdevice.Device,
+// as a plugin does that offers swap under every kubelet swap behavior
+// (--unsafe-offer-swap-under all of them), so that the controller's labels
+// follow the behavior and the swap apart.
 func (e *controllerEnv) publish(ctx context.Context, name string, nodeLabels map[string]string, behavior string, swapBytes int64) {
 	e.t.Helper()
 	f := discovery.Facts{TotalBytes: swapBytes, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true, SwapBehavior: behavior}
 	if swapBytes > 0 {
 		f.Devices = []discovery.SwapDevice{{Path: "/swapfile", Type: "file", SizeBytes: swapBytes}}
 	}
-	dev, _ := swapdevice.Device(f, nodeLabels, swapdevice.Policy{OvercommitRatio: 1})
+	dev, _ := swapdevice.Device(f, nodeLabels, swapdevice.Policy{OvercommitRatio: 1, UnsafeOfferUnder: swapdevice.UnsafeSwapBehaviors()})
 	rs := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-dra.swap"},
 		Spec: resourceapi.ResourceSliceSpec{

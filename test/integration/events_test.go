@@ -54,7 +54,7 @@ func TestSwapUnavailableEventStored(t *testing.T) {
 	}
 	for i := range nodes {
 		name := fmt.Sprintf("worker-%02d", i)
-		f := discovery.Facts{TotalBytes: 4 << 30, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true, SwapBehavior: "LimitedSwap",
+		f := discovery.Facts{TotalBytes: 4 << 30, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true, SwapBehavior: "NoSwap",
 			Devices: []discovery.SwapDevice{{Path: "/swapfile", Type: "file", SizeBytes: 4 << 30}}}
 		dev, _ := swapdevice.Device(f, map[string]string{podlabels.Hostname: name}, swapdevice.Policy{OvercommitRatio: 1})
 		rs := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-dra.swap"},

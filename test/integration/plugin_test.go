@@ -239,9 +239,12 @@ func TestPluginPublishesSwap(t *testing.T) {
 		t.Errorf("after swapon: devices=%s total=%s medium=%s", attr(dev, "devices"), attr(dev, "totalBytes"), attr(dev, "medium"))
 	}
 
-	// The kubelet's configuration changes to LimitedSwap.
+	// The kubelet's configuration changes to LimitedSwap, and back
+	// (TestPluginSwapBehavior follows the offer through such changes).
 	h.write("var/lib/kubelet/config.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemorySwap:\n  swapBehavior: LimitedSwap\n")
 	waitForSlice(t, ctx, client, "swapBehavior is LimitedSwap", func(d *resourceapi.Device) bool { return d != nil && attr(d, "swapBehavior") == "LimitedSwap" })
+	h.write("var/lib/kubelet/config.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemorySwap:\n  swapBehavior: NoSwap\n")
+	waitForSlice(t, ctx, client, "swapBehavior is NoSwap again", func(d *resourceapi.Device) bool { return d != nil && attr(d, "swapBehavior") == "NoSwap" })
 
 	// The node moves to another zone.
 	node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
@@ -265,7 +268,7 @@ func TestPluginPublishesSwap(t *testing.T) {
 		}
 		c := d.Capacity["swap"]
 		return c.Value.Sign() == 0 && len(d.Taints) == 1 && d.Taints[0].Key == "dra.swap/no-usable-swap" &&
-			d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule && attr(d, "usable") == "false" && attr(d, "swapBehavior") == "LimitedSwap"
+			d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule && attr(d, "usable") == "false" && attr(d, "swapBehavior") == "NoSwap"
 	}
 	waitForSlice(t, ctx, client, "the device is unusable after swapoff", unusable)
 

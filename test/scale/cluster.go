@@ -92,7 +92,7 @@ func swapFacts(total int64) discovery.Facts {
 		Medium:        discovery.MediumSSD,
 		CgroupVersion: 2,
 		SwapControl:   true,
-		SwapBehavior:  v1alpha1.SwapBehaviorLimitedSwap,
+		SwapBehavior:  v1alpha1.SwapBehaviorNoSwap,
 		KernelVersion: "6.1.0",
 	}
 }

@@ -34,7 +34,7 @@ func fitting(t *testing.T) snapshot {
 		p := corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid, Labels: map[string]string{
 				podlabels.Hostname: nodeName(node), podlabels.Zone: nodeLabels(node)[podlabels.Zone], podlabels.Region: nodeLabels(node)[podlabels.Region],
-				v1alpha1.LabelSwapBehavior: "LimitedSwap",
+				v1alpha1.LabelSwapBehavior: "NoSwap",
 			}},
 			Spec:   corev1.PodSpec{NodeName: nodeName(node)},
 			Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "dev", ResourceClaimName: ptr.To(name + "-dev")}}},
@@ -94,7 +94,7 @@ func TestCheck(t *testing.T) {
 			s.pods[1].Labels = s.pods[0].Labels
 			s.claims[1].Status.Allocation.Devices.Results[0].Pool = nodeName(0)
 		}, want: "over its offer of 8Gi"},
-		{name: "pod not labeled", mutate: func(s *snapshot) { delete(s.pods[1].Labels, v1alpha1.LabelSwapBehavior) }, want: `pod b on node node-00001: label node.kubernetes.io/swap-behavior="", want "LimitedSwap"`},
+		{name: "pod not labeled", mutate: func(s *snapshot) { delete(s.pods[1].Labels, v1alpha1.LabelSwapBehavior) }, want: `pod b on node node-00001: label node.kubernetes.io/swap-behavior="", want "NoSwap"`},
 		{name: "another node's zone", mutate: func(s *snapshot) { s.pods[1].Labels[podlabels.Zone] = "zone-0" }, want: `label topology.kubernetes.io/zone="zone-0", want "zone-1"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

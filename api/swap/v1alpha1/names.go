@@ -30,7 +30,8 @@ const (
 // topology labels as fully qualified attributes.
 const (
 	// AttrSwapBehavior is the kubelet's memorySwap.swapBehavior: one of
-	// SwapBehaviorNoSwap, SwapBehaviorLimitedSwap, SwapBehaviorUnknown.
+	// SwapBehaviorNoSwap, SwapBehaviorLimitedSwap,
+	// SwapBehaviorWorkloadControlledSwap, SwapBehaviorUnknown.
 	AttrSwapBehavior resourceapi.QualifiedName = "swapBehavior"
 	// AttrTotalBytes is the node's active swap, in bytes.
 	AttrTotalBytes resourceapi.QualifiedName = "totalBytes"
@@ -57,10 +58,21 @@ const (
 )
 
 // Swap behaviours, the values of AttrSwapBehavior and of the
-// LabelSwapBehavior label: the kubelet's memorySwap.swapBehavior.
+// LabelSwapBehavior label: the kubelet's memorySwap.swapBehavior. A node
+// offers swap to claims only under SwapBehaviorNoSwap unless the kubelet
+// plugin is told to offer it under another (--unsafe-offer-swap-under):
+// under the others the kubelet gives containers swap of its own, so the
+// node's swap would be promised twice.
 const (
-	SwapBehaviorNoSwap      = "NoSwap"
+	SwapBehaviorNoSwap = "NoSwap"
+	// SwapBehaviorLimitedSwap: the kubelet gives every Burstable
+	// container a share of the node's swap proportional to its memory
+	// request.
 	SwapBehaviorLimitedSwap = "LimitedSwap"
+	// SwapBehaviorWorkloadControlledSwap (KEP-5359, alpha targeted for
+	// Kubernetes 1.38): the kubelet writes each container's swap limit
+	// itself, from the container's resources.limits.swap.
+	SwapBehaviorWorkloadControlledSwap = "WorkloadControlledSwap"
 	// SwapBehaviorUnknown: the kubelet configuration could not be read
 	// (published as the attribute, never as a label).
 	SwapBehaviorUnknown = "Unknown"
@@ -71,6 +83,10 @@ const (
 const (
 	// TaintNoUsableSwap: the node offers no swap.
 	TaintNoUsableSwap = DriverName + "/no-usable-swap"
+	// TaintKubeletSwapBehavior: the node offers no swap because its
+	// kubelet's swap behavior (the taint's value: LimitedSwap,
+	// WorkloadControlledSwap or Unknown) gives containers swap of its own.
+	TaintKubeletSwapBehavior = DriverName + "/kubelet-swap-behavior"
 	// TaintMemoryPressure: the node (or its kubepods cgroup) stalls on
 	// memory.
 	TaintMemoryPressure = DriverName + "/memory-pressure"

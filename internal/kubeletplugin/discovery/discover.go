@@ -67,6 +67,7 @@ func Discover(ctx context.Context, opts Options) (Facts, error) {
 	facts.SwapBehavior, err = ReadSwapBehavior(root, opts.KubeletConfigPath, opts.KubeletConfigDir)
 	if err != nil {
 		facts.SwapBehaviorProblem = err.Error()
+		facts.KubeletConfigReplaced = errors.Is(err, ErrKubeletConfigReplaced)
 	}
 	return facts, nil
 }

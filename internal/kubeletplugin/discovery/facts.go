@@ -57,6 +57,11 @@ type Facts struct {
 	// SwapBehaviorProblem says why SwapBehavior is unknown (empty when
 	// it is known), for the caller to report once rather than each scan.
 	SwapBehaviorProblem string
+	// KubeletConfigReplaced is true when the kubelet's configuration read
+	// was replaced on the host after the plugin's container mounted it
+	// (ErrKubeletConfigReplaced): what the plugin sees is stale until its
+	// container restarts.
+	KubeletConfigReplaced bool
 	// BootID identifies the current boot (/proc/sys/kernel/random/boot_id).
 	BootID string
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 
@@ -25,8 +26,16 @@ const dropInExtension = ".conf"
 // drop-in directory was given, so nothing tells the swap behavior.
 var ErrNoKubeletConfig = errors.New("no kubelet configuration file or drop-in directory given (the kubelet config path is empty)")
 
+// ErrKubeletConfigReplaced says that the kubelet's configuration file (or
+// drop-in directory) read is a deleted one: it was replaced on the host
+// (renamed over, as sed -i, most editors and configuration managers do)
+// after it was bind-mounted into the plugin's container, whose mount keeps
+// showing the old file. Only a new container sees the new one.
+var ErrKubeletConfigReplaced = errors.New("it was replaced on the host after this container mounted it, and the mount still shows the old, deleted file; a restarted container reads the new one")
+
 // ReadSwapBehavior returns the kubelet's memorySwap.swapBehavior
-// (SwapBehaviorNoSwap or SwapBehaviorLimitedSwap) from the configuration
+// (SwapBehaviorNoSwap, SwapBehaviorLimitedSwap, or KEP-5359's
+// SwapBehaviorWorkloadControlledSwap) from the configuration
 // file configPath and, when configDir is not empty, the drop-in files
 // ending in .conf under configDir, which are applied over the main file in
 // lexical order (walking subdirectories, as the kubelet does). Both paths
@@ -38,7 +47,8 @@ var ErrNoKubeletConfig = errors.New("no kubelet configuration file or drop-in di
 // When neither path is given, a file cannot be read or parsed, or the
 // behavior is not one the kubelet knows, it returns SwapBehaviorUnknown
 // and an error naming the file or the value (ErrNoKubeletConfig when no
-// path was given).
+// path was given, ErrKubeletConfigReplaced when what it read is a deleted
+// file or directory).
 func ReadSwapBehavior(root, configPath, configDir string) (string, error) {
 	if configPath == "" && configDir == "" {
 		return v1alpha1.SwapBehaviorUnknown, ErrNoKubeletConfig
@@ -46,6 +56,9 @@ func ReadSwapBehavior(root, configPath, configDir string) (string, error) {
 	var behavior, source string
 	if configPath != "" {
 		source = hostPath(root, configPath)
+		if err := checkNotReplaced(source); err != nil {
+			return v1alpha1.SwapBehaviorUnknown, err
+		}
 		b, err := swapBehaviorFromFile(source)
 		if err != nil {
 			return v1alpha1.SwapBehaviorUnknown, err
@@ -53,6 +66,9 @@ func ReadSwapBehavior(root, configPath, configDir string) (string, error) {
 		behavior = b
 	}
 	if configDir != "" {
+		if err := checkNotReplaced(hostPath(root, configDir)); err != nil {
+			return v1alpha1.SwapBehaviorUnknown, err
+		}
 		dropIns, err := dropInFiles(hostPath(root, configDir))
 		if err != nil {
 			return v1alpha1.SwapBehaviorUnknown, err
@@ -70,11 +86,23 @@ func ReadSwapBehavior(root, configPath, configDir string) (string, error) {
 	switch behavior {
 	case "":
 		return v1alpha1.SwapBehaviorNoSwap, nil
-	case v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap:
+	case v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap, v1alpha1.SwapBehaviorWorkloadControlledSwap:
 		return behavior, nil
 	default:
-		return v1alpha1.SwapBehaviorUnknown, fmt.Errorf("kubelet memorySwap.swapBehavior %q in %s is neither %s nor %s", behavior, source, v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap)
+		return v1alpha1.SwapBehaviorUnknown, fmt.Errorf("kubelet memorySwap.swapBehavior %q in %s is none of %s, %s and %s", behavior, source,
+			v1alpha1.SwapBehaviorNoSwap, v1alpha1.SwapBehaviorLimitedSwap, v1alpha1.SwapBehaviorWorkloadControlledSwap)
 	}
+}
+
+// checkNotReplaced returns ErrKubeletConfigReplaced when path is a
+// deleted file or directory (no link left: only a mount holds it). A path
+// that cannot be read is left to the reader's error.
+func checkNotReplaced(path string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err == nil && st.Nlink == 0 {
+		return fmt.Errorf("kubelet configuration %s: %w", path, ErrKubeletConfigReplaced)
+	}
+	return nil
 }
 
 // swapBehaviorFromFile returns memorySwap.swapBehavior as set in one

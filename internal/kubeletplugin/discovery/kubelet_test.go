@@ -1,6 +1,10 @@
 package discovery
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -34,6 +38,26 @@ func TestReadSwapBehavior(t *testing.T) {
 			name:  "LimitedSwap",
 			files: map[string]string{DefaultKubeletConfigPath: kubeletConfig("LimitedSwap")},
 			want:  v1alpha1.SwapBehaviorLimitedSwap,
+		},
+		{
+			name:  "WorkloadControlledSwap (KEP-5359)",
+			files: map[string]string{DefaultKubeletConfigPath: kubeletConfig("WorkloadControlledSwap")},
+			want:  v1alpha1.SwapBehaviorWorkloadControlledSwap,
+		},
+		{
+			name: "WorkloadControlledSwap in a drop-in",
+			files: map[string]string{
+				DefaultKubeletConfigPath:                   kubeletConfig("NoSwap"),
+				"/etc/kubernetes/kubelet.conf.d/50-a.conf": kubeletConfig("WorkloadControlledSwap"),
+			},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
+			want:      v1alpha1.SwapBehaviorWorkloadControlledSwap,
+		},
+		{
+			name:    "a behavior's name in the wrong case",
+			files:   map[string]string{DefaultKubeletConfigPath: kubeletConfig("workloadControlledSwap")},
+			want:    v1alpha1.SwapBehaviorUnknown,
+			wantErr: `/var/lib/kubelet/config.yaml is none of NoSwap, LimitedSwap and WorkloadControlledSwap`,
 		},
 		{
 			name:  "field absent",
@@ -185,5 +209,60 @@ func TestReadSwapBehavior(t *testing.T) {
 				t.Errorf("ReadSwapBehavior() error = %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestReadSwapBehaviorReplacedOnTheHost: a configuration file or drop-in
+// directory renamed over on the host after the plugin's container
+// bind-mounted it stays visible in the container as the old, deleted one
+// (no link left). ReadSwapBehavior says so (ErrKubeletConfigReplaced)
+// instead of reporting a stale behavior. /proc/self/fd/N of an open,
+// deleted file stands in for the mount.
+func TestReadSwapBehaviorReplacedOnTheHost(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(file, []byte(kubeletConfig("NoSwap")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dropIns := filepath.Join(dir, "kubelet.conf.d")
+	if err := os.Mkdir(dropIns, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(dropIns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	fileFD, dirFD := fmt.Sprintf("/proc/self/fd/%d", f.Fd()), fmt.Sprintf("/proc/self/fd/%d", d.Fd())
+
+	// Still linked: read as usual.
+	if got, err := ReadSwapBehavior("/", fileFD, dirFD); got != v1alpha1.SwapBehaviorNoSwap || err != nil {
+		t.Fatalf("before the replacement: %q, %v; want NoSwap", got, err)
+	}
+	if err := os.Remove(dropIns); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadSwapBehavior("/", fileFD, dirFD); got != v1alpha1.SwapBehaviorUnknown || !errors.Is(err, ErrKubeletConfigReplaced) {
+		t.Errorf("drop-in directory replaced: %q, %v; want Unknown and ErrKubeletConfigReplaced", got, err)
+	}
+	// A new file renamed over the old one, as sed -i does.
+	if err := os.WriteFile(file+".new", []byte(kubeletConfig("LimitedSwap")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".new", file); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadSwapBehavior("/", fileFD, "")
+	if got != v1alpha1.SwapBehaviorUnknown || !errors.Is(err, ErrKubeletConfigReplaced) || !strings.Contains(err.Error(), fileFD) {
+		t.Errorf("file replaced: %q, %v; want Unknown and ErrKubeletConfigReplaced naming %s", got, err, fileFD)
+	}
+	// The path itself reads the new file.
+	if got, err := ReadSwapBehavior("/", file, ""); got != v1alpha1.SwapBehaviorLimitedSwap || err != nil {
+		t.Errorf("the new file: %q, %v; want LimitedSwap", got, err)
 	}
 }

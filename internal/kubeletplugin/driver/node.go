@@ -116,7 +116,8 @@ var _ Node = (*hostNode)(nil)
 func (n *hostNode) Discover(ctx context.Context) (discovery.Facts, error) {
 	f, err := discovery.Discover(ctx, n.discovery)
 	if err == nil {
-		n.metrics.setNode(n.policy.Offer(f.TotalBytes), f.TotalBytes, f.UsedBytes)
+		offer, _ := n.policy.NodeOffer(f)
+		n.metrics.setNode(offer, f.TotalBytes, f.UsedBytes)
 		n.metrics.setKubeletConfigReadable(f.SwapBehaviorProblem == "")
 	}
 	return f, err

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -110,6 +111,9 @@ type Publisher struct {
 	// configUnreadable is the kubelet configuration's state the writer
 	// told the Node of last (false, readable, before the first sync).
 	configUnreadable bool
+	// behavior is the kubelet's swap behavior the writer told the Node
+	// of last (NoSwap, which needs no event, before the first sync).
+	behavior string
 }
 
 // Event reasons on the Node.
@@ -124,6 +128,14 @@ const (
 	// actionReadKubeletConfig is those events' action, which no taint
 	// event shares (see NodeEvent).
 	actionReadKubeletConfig = "ReadKubeletConfig"
+	// ReasonSwapBehaviorConflict: the kubelet's swap behavior gives
+	// containers swap of its own, so the node offers none (the device is
+	// tainted TaintKubeletSwapBehavior); ReasonSwapOfferedUnsafely: it is
+	// offered all the same, as the policy says (UnsafeOfferUnder);
+	// ReasonSwapBehaviorConflictCleared: the behavior is NoSwap again.
+	ReasonSwapBehaviorConflict        = "SwapBehaviorConflict"
+	ReasonSwapOfferedUnsafely         = "SwapOfferedUnsafely"
+	ReasonSwapBehaviorConflictCleared = "SwapBehaviorConflictCleared"
 )
 
 type publishedState struct {
@@ -181,12 +193,23 @@ func offerOf(device *resourceapi.Device, reason string) int64 {
 
 // Sync discovers the node's facts and publishes them if they changed. It
 // reports whether it published. Not safe for concurrent use: Run calls it
-// from one goroutine.
+// from one goroutine. When what it reads of the kubelet's configuration is
+// a file replaced on the host since (discovery.ErrKubeletConfigReplaced),
+// it publishes what it knows (the behavior Unknown) and returns that
+// error: only a restarted container sees the new file.
 func (p *Publisher) Sync(ctx context.Context) (bool, error) {
+	published, facts, err := p.sync(ctx)
+	if err == nil && facts.KubeletConfigReplaced {
+		err = fmt.Errorf("read the kubelet's configuration on node %s: %w", p.NodeName, discovery.ErrKubeletConfigReplaced)
+	}
+	return published, err
+}
+
+func (p *Publisher) sync(ctx context.Context) (bool, discovery.Facts, error) {
 	logger := klog.FromContext(ctx)
 	facts, err := p.Node.Discover(ctx)
 	if err != nil {
-		return false, fmt.Errorf("discover swap on node %s: %w", p.NodeName, err)
+		return false, facts, fmt.Errorf("discover swap on node %s: %w", p.NodeName, err)
 	}
 	device, reason := swapdevice.Device(facts, maps.Clone(p.Node.Labels()), p.Policy)
 	slices := p.writer()
@@ -196,10 +219,11 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		p.mu.Lock()
 		p.state = publishedState{synced: true, device: device, reason: reason, facts: facts}
 		p.mu.Unlock()
-		return false, nil
+		return false, facts, nil
 	}
-	p.checkOvercommit(ctx, offerOf(device, reason))
+	p.checkOvercommit(ctx, offerOf(device, reason), reason)
 	p.checkKubeletConfig(facts)
+	p.checkSwapBehavior(ctx, facts, offerOf(device, reason))
 	device.Taints = append(device.Taints, p.taints.list()...)
 	if p.Taints != nil && reason == "" {
 		device.Taints = append(device.Taints, p.Taints.Taints()...)
@@ -212,13 +236,14 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	p.state.facts = facts
 	p.mu.Unlock()
 	if unchanged {
-		return false, nil
+		return false, facts, nil
 	}
 	if err := slices.PublishResources(ctx, swapdevice.Resources(p.NodeName, device)); err != nil {
-		return false, fmt.Errorf("publish ResourceSlice of node %s: %w", p.NodeName, err)
+		return false, facts, fmt.Errorf("publish ResourceSlice of node %s: %w", p.NodeName, err)
 	}
 	if reason != "" {
-		logger.Info("Node offers no swap: publishing its device with zero capacity, tainted "+v1alpha1.TaintNoUsableSwap, "node", p.NodeName, "reason", reason, "swapBehavior", facts.SwapBehavior)
+		logger.Info("Node offers no swap: publishing its device with zero capacity, tainted", "node", p.NodeName, "taints", taintKeys(device.Taints),
+			"reason", reason, "swapBehavior", facts.SwapBehavior)
 	} else {
 		q := device.Capacity[v1alpha1.CapacitySwap].Value
 		logger.Info("Publishing swap device", "node", p.NodeName, "offer", q.String(),
@@ -227,12 +252,22 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	p.mu.Lock()
 	p.state = publishedState{synced: true, published: true, device: device, reason: reason, facts: facts}
 	p.mu.Unlock()
-	return true, nil
+	return true, facts, nil
+}
+
+// taintKeys lists the taints' keys.
+func taintKeys(taints []resourceapi.DeviceTaint) []string {
+	keys := make([]string, 0, len(taints))
+	for _, t := range taints {
+		keys = append(keys, t.Key)
+	}
+	return keys
 }
 
 // checkOvercommit taints the device while the prepared claims hold more
-// swap than the node offers, telling the Node when it starts and ends.
-func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
+// swap than the node offers, telling the Node when it starts and ends;
+// reason says why the node offers none, if it does not.
+func (p *Publisher) checkOvercommit(ctx context.Context, offer int64, reason string) {
 	prepared, err := p.Node.PreparedSwap()
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot read the prepared claims; keeping the overcommit taint as it is")
@@ -244,9 +279,13 @@ func (p *Publisher) checkOvercommit(ctx context.Context, offer int64) {
 	if prepared > offer {
 		value := fmt.Sprintf("held-%dMi-offered-%dMi", prepared>>20, offer>>20)
 		if p.taints.set(v1alpha1.TaintOvercommitted, value, p.now()) {
-			msg := fmt.Sprintf("Swap claims prepared on the node hold %s but the node offers %s now (its swap shrank or was turned off): "+
-				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end",
-				quantity(prepared), quantity(offer), v1alpha1.TaintOvercommitted)
+			cause := "its swap shrank or was turned off"
+			if reason != "" {
+				cause = "it offers none: " + reason
+			}
+			msg := eventmsg.Note("Swap claims prepared on the node hold %s but the node offers %s now: "+
+				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end (%s)",
+				quantity(prepared), quantity(offer), v1alpha1.TaintOvercommitted, cause)
 			klog.FromContext(ctx).Info("Swap overcommitted: tainting the device", "node", p.NodeName, "prepared", prepared, "offer", offer)
 			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, taintAction("Taint", v1alpha1.TaintOvercommitted), msg)
 		}
@@ -270,14 +309,64 @@ func (p *Publisher) checkKubeletConfig(facts discovery.Facts) {
 	}
 	p.configUnreadable = unreadable
 	if unreadable {
+		advice := "Point --kubelet-config and --kubelet-config-dir (the chart's kubeletPlugin.kubeletConfig) at where this node keeps the kubelet's configuration"
+		if facts.KubeletConfigReplaced {
+			advice = "The plugin exits, and its restarted container reads the new file"
+		}
 		p.nodeEvent(corev1.EventTypeWarning, ReasonKubeletConfigUnreadable, actionReadKubeletConfig, eventmsg.Note(
 			"Cannot tell the kubelet's swap behavior, so the node's swap device is published with swapBehavior %s "+
-				"(the node label %s stays as it is): %s. Point --kubelet-config and --kubelet-config-dir (the chart's "+
-				"kubeletPlugin.kubeletConfig) at where this node keeps the kubelet's configuration", v1alpha1.SwapBehaviorUnknown, v1alpha1.LabelSwapBehavior, facts.SwapBehaviorProblem))
+				"(the node label %s stays as it is): %s. %s", v1alpha1.SwapBehaviorUnknown, v1alpha1.LabelSwapBehavior, facts.SwapBehaviorProblem, advice))
 		return
 	}
 	p.nodeEvent(corev1.EventTypeNormal, ReasonKubeletConfigRead, actionReadKubeletConfig, eventmsg.Note(
 		"The kubelet's configuration is readable again: swapBehavior %s is published", facts.SwapBehavior))
+}
+
+// checkSwapBehavior tells the Node when the kubelet's swap behavior
+// changes to one under which the node offers no swap (a Warning saying
+// why and how to fix it), to one under which the policy offers it all the
+// same (a Warning saying what that risks), and back to NoSwap (Normal);
+// NoSwap from the start is the normal case, worth no event. Each event's
+// action names the behavior, so that the events API does not fold a
+// second behavior's event into the first one's series (see NodeEvent).
+func (p *Publisher) checkSwapBehavior(ctx context.Context, facts discovery.Facts, offer int64) {
+	behavior := facts.SwapBehavior
+	last := p.behavior
+	if last == "" {
+		last = v1alpha1.SwapBehaviorNoSwap
+	}
+	if behavior == last {
+		return
+	}
+	p.behavior = behavior
+	logger := klog.FromContext(ctx)
+	if behavior == v1alpha1.SwapBehaviorNoSwap {
+		logger.Info("The kubelet's swap behavior is NoSwap: swap is offered to claims alone", "node", p.NodeName, "previous", last, "offer", offer)
+		p.nodeEvent(corev1.EventTypeNormal, ReasonSwapBehaviorConflictCleared, taintAction("Untaint", v1alpha1.TaintKubeletSwapBehavior), eventmsg.Note(
+			"The kubelet's memorySwap.swapBehavior is NoSwap (it was %s): containers without a swap claim get no swap, so the node's swap is sold to claims "+
+				"alone; it offers %s (taint %s removed)", last, quantity(offer), v1alpha1.TaintKubeletSwapBehavior))
+		return
+	}
+	if why := p.Policy.Withheld(behavior); why != "" {
+		logger.Info("The kubelet's swap behavior gives containers swap of its own: the node offers none", "node", p.NodeName, "swapBehavior", behavior, "reason", why)
+		fix := "set memorySwap.swapBehavior: NoSwap in the kubelet's configuration and restart the kubelet"
+		switch {
+		case facts.KubeletConfigReplaced:
+			fix = "wait for the plugin's restart: its container reads the kubelet's configuration file that was replaced on the host, which must say memorySwap.swapBehavior: NoSwap"
+		case behavior == v1alpha1.SwapBehaviorUnknown:
+			fix = "point the chart's kubeletPlugin.kubeletConfig (--kubelet-config, --kubelet-config-dir) at the kubelet's configuration, which must say memorySwap.swapBehavior: NoSwap"
+		}
+		p.nodeEvent(corev1.EventTypeWarning, ReasonSwapBehaviorConflict, taintAction("Taint", v1alpha1.TaintKubeletSwapBehavior)+behavior, eventmsg.Note(
+			"The node offers no swap to claims: its swap device has capacity 0 and the taint %s=%s:NoSchedule, because %s. To sell swap here, %s "+
+				"(the plugin follows within its rescan interval, no reinstall), or, accepting that risk, add %s to the chart's kubeletPlugin.unsafeOfferSwapUnder "+
+				"(--unsafe-offer-swap-under)", v1alpha1.TaintKubeletSwapBehavior, behavior, swapdevice.SwapBehaviorRisk(behavior), fix, behavior))
+		return
+	}
+	logger.Info("The kubelet's swap behavior gives containers swap of its own, but the node offers swap all the same as configured (--unsafe-offer-swap-under)",
+		"node", p.NodeName, "swapBehavior", behavior, "offer", offer)
+	p.nodeEvent(corev1.EventTypeWarning, ReasonSwapOfferedUnsafely, "OfferUnder"+behavior, eventmsg.Note(
+		"The node offers %s of swap to claims although %s. It does because the chart's kubeletPlugin.unsafeOfferSwapUnder (--unsafe-offer-swap-under) names %s; "+
+			"with memorySwap.swapBehavior: NoSwap in the kubelet's configuration it would be safe", quantity(offer), swapdevice.SwapBehaviorRisk(behavior), behavior))
 }
 
 func (p *Publisher) nodeEvent(eventType, reason, action, message string) {
@@ -311,11 +400,14 @@ func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI
 // Run takes over publishing to slices (TakeOver), then syncs at once,
 // every interval and whenever the Node's labels or the taints change,
 // until ctx ends. Errors are logged and retried at the next tick; the last
-// published slice stays in place meanwhile.
-func (p *Publisher) Run(ctx context.Context, slices SliceWriter, interval time.Duration) {
+// published slice stays in place meanwhile. A kubelet configuration
+// replaced on the host (discovery.ErrKubeletConfigReplaced) cannot be read
+// again by this container: Run returns that error, for the plugin to exit
+// and its container to restart with the new file mounted.
+func (p *Publisher) Run(ctx context.Context, slices SliceWriter, interval time.Duration) error {
 	logger := klog.FromContext(ctx)
 	if err := p.TakeOver(ctx, slices); err != nil {
-		return // ctx ended
+		return nil // ctx ended
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -324,12 +416,14 @@ func (p *Publisher) Run(ctx context.Context, slices SliceWriter, interval time.D
 		taintsChanged = p.Taints.Changed()
 	}
 	for {
-		if _, err := p.Sync(ctx); err != nil {
+		if _, err := p.Sync(ctx); errors.Is(err, discovery.ErrKubeletConfigReplaced) {
+			return err
+		} else if err != nil {
 			logger.Error(err, "Swap rediscovery failed; keeping the last published state")
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-ticker.C:
 		case <-p.Node.Changed():
 		case <-taintsChanged:

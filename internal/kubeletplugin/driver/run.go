@@ -473,7 +473,11 @@ func (p *Plugin) helperOptions() []kubeletplugin.Option {
 
 // startLoops starts the plugin's loops in wg; they end with ctx.
 func (p *Plugin) startLoops(ctx context.Context, wg *sync.WaitGroup, helper *kubeletplugin.Helper) {
-	wg.Go(func() { p.publisher.Run(ctx, helper, p.cfg.RescanInterval) })
+	wg.Go(func() {
+		if err := p.publisher.Run(ctx, helper, p.cfg.RescanInterval); err != nil {
+			p.fail(err)
+		}
+	})
 	// The hook's outcomes become events on the pods; the verifier and the
 	// NRI plugin keep the limits true from here on.
 	wg.Go(func() { p.statuses.run(ctx) })

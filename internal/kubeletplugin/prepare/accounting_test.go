@@ -323,6 +323,10 @@ func TestPrepareRefusalNamesTheCause(t *testing.T) {
 			want: []string{"offers 100Mi of swap and the claims prepared on it hold 150Mi", "the node's offer shrank after they were prepared",
 				"delete the pod to have it scheduled again"},
 			notWant: "force-deleted"},
+		{name: "the node stopped offering swap (the kubelet turned to LimitedSwap)", offerThen: 0, newBytes: 10 * mi,
+			want: []string{"offers 0 of swap and the claims prepared on it hold 150Mi", "the node offers no swap now",
+				"its swap device's taints and health say why", "the kubelet's swap behavior", "the kubelet retries"},
+			notWant: "force-deleted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)

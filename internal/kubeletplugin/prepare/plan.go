@@ -63,7 +63,8 @@ func (m *Manager) plan(claim *resourceapi.ResourceClaim) (*claimPlan, error) {
 		}
 		b := q.Value()
 		if b == 0 {
-			return nil, fmt.Errorf("request %q consumed no swap: the node offers none (its device carries the taint %s, which the claim tolerates)", r.Request, v1alpha1.TaintNoUsableSwap)
+			return nil, fmt.Errorf("request %q consumed no swap: the node offers none (its device carries the taint %s or %s, which the claim tolerates)",
+				r.Request, v1alpha1.TaintNoUsableSwap, v1alpha1.TaintKubeletSwapBehavior)
 		}
 		if b < 0 || b > limits.MaxSwapBytes {
 			return nil, fmt.Errorf("request %q consumed %s of swap, outside 1..%d bytes", r.Request, q.String(), limits.MaxSwapBytes)

@@ -387,7 +387,8 @@ func recordedDevices(info checkpoint.ClaimInfo) []kubeletplugin.Device {
 
 // checkOffer refuses a new claim when the node's offer does not cover the
 // claims prepared on it and this one: swap was turned off or shrank since
-// the scheduler allocated the claim, or claims the scheduler no longer
+// the scheduler allocated the claim, the node stopped offering swap (the
+// kubelet's swap behavior changed), or claims the scheduler no longer
 // counts (a force-deleted pod's) are still held until they are unprepared.
 func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
 	if plan.limitBytes == 0 {
@@ -408,7 +409,11 @@ func (m *Manager) checkOffer(cp *checkpoint.Checkpoint, plan *claimPlan) error {
 	// shrank after this claim was allocated: which one, only the history
 	// tells.
 	cause := "the node's offer shrank after they were prepared (swap turned off or made smaller); delete the pod to have it scheduled again"
-	if prepared <= offer {
+	switch {
+	case offer == 0:
+		cause = "the node offers no swap now (its swap device's taints and health say why: swap turned off, or the kubelet's swap behavior); " +
+			"the kubelet retries, and the claim is granted once the node offers swap again, or delete the pod to have it scheduled elsewhere"
+	case prepared <= offer:
 		cause = "a prepared claim holds its swap until the kubelet unprepares it, also after its pod was force-deleted and the scheduler " +
 			"counted that swap as free again, or the node's offer shrank after this claim was allocated; the kubelet retries, and the claim " +
 			"is granted once enough held claims are unprepared"

@@ -7,6 +7,8 @@ package swapdevice
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -41,6 +43,21 @@ type Policy struct {
 	// DefaultRequestBytes is granted to a request without a capacity
 	// (1Gi when zero); capped at the offer.
 	DefaultRequestBytes int64
+	// UnsafeOfferUnder lists the kubelet swap behaviors besides NoSwap
+	// (UnsafeSwapBehaviors) under which the node still offers its swap.
+	// Under each of them the kubelet gives containers swap of its own
+	// from the same swap the claims are promised (or, Unknown, may), so
+	// claims that add up to the offer and containers without a claim
+	// can exhaust swap together, and a claimed container is OOM-killed
+	// below its claim. Empty, the default: the node offers swap under
+	// NoSwap only.
+	UnsafeOfferUnder []string
+}
+
+// UnsafeSwapBehaviors are the kubelet swap behaviors under which a node
+// offers no swap unless Policy.UnsafeOfferUnder names them.
+func UnsafeSwapBehaviors() []string {
+	return []string{v1alpha1.SwapBehaviorLimitedSwap, v1alpha1.SwapBehaviorWorkloadControlledSwap, v1alpha1.SwapBehaviorUnknown}
 }
 
 // Validate checks the policy's values.
@@ -54,7 +71,49 @@ func (p Policy) Validate() error {
 	if p.DefaultRequestBytes < 0 {
 		return fmt.Errorf("default swap request %d must not be negative", p.DefaultRequestBytes)
 	}
+	for _, b := range p.UnsafeOfferUnder {
+		if !slices.Contains(UnsafeSwapBehaviors(), b) {
+			return fmt.Errorf("kubelet swap behavior %q to offer swap under is none of %s (under %s swap is always offered)",
+				b, strings.Join(UnsafeSwapBehaviors(), ", "), v1alpha1.SwapBehaviorNoSwap)
+		}
+	}
 	return nil
+}
+
+// Withheld says, in one short line, why the node offers no swap under
+// the kubelet's swap behavior b and what fixes it; "" when b is NoSwap or
+// listed in UnsafeOfferUnder. SwapBehaviorRisk says it at length.
+func (p Policy) Withheld(b string) string {
+	if b == v1alpha1.SwapBehaviorNoSwap || slices.Contains(p.UnsafeOfferUnder, b) {
+		return ""
+	}
+	switch b {
+	case v1alpha1.SwapBehaviorLimitedSwap:
+		return "the kubelet's swapBehavior LimitedSwap gives Burstable containers without a claim swap of their own, so swap sold to claims would be promised twice: set it to NoSwap"
+	case v1alpha1.SwapBehaviorWorkloadControlledSwap:
+		return "the kubelet's swapBehavior WorkloadControlledSwap (KEP-5359) sets containers' swap limits itself, which this driver does not coexist with yet: set it to NoSwap"
+	default:
+		return fmt.Sprintf("the kubelet's swapBehavior is %s (its configuration cannot be read); under LimitedSwap swap sold to claims would be promised twice: "+
+			"point kubeletPlugin.kubeletConfig at a configuration with NoSwap", b)
+	}
+}
+
+// SwapBehaviorRisk says what the kubelet's swap behavior b does to the
+// swap the node sells to claims ("" under NoSwap).
+func SwapBehaviorRisk(b string) string {
+	const twice = "so swap sold to claims is promised twice, and a claimed container can be OOM-killed below its claim when swap runs out"
+	switch b {
+	case v1alpha1.SwapBehaviorNoSwap:
+		return ""
+	case v1alpha1.SwapBehaviorLimitedSwap:
+		return "the kubelet's memorySwap.swapBehavior is LimitedSwap: it gives every Burstable container without a swap claim its own share of the node's swap, " + twice
+	case v1alpha1.SwapBehaviorWorkloadControlledSwap:
+		return "the kubelet's memorySwap.swapBehavior is WorkloadControlledSwap (KEP-5359): the kubelet sets each container's swap limit itself, from its resources.limits.swap, " +
+			"and this driver does not coexist with it yet: containers may get swap from both, " + twice
+	default:
+		return fmt.Sprintf("the kubelet's memorySwap.swapBehavior cannot be told (%s): under LimitedSwap the kubelet gives every Burstable container without a swap claim "+
+			"its own share of the node's swap, %s", b, twice)
+	}
 }
 
 // Offer is the swap, in bytes and a multiple of Step, that the node offers
@@ -72,23 +131,52 @@ func (p Policy) Offer(totalBytes int64) int64 {
 	return offer / v1alpha1.CapacityStep * v1alpha1.CapacityStep
 }
 
+// NodeOffer returns the swap the node offers (0 when it offers none) and,
+// when it offers none, why.
+func (p Policy) NodeOffer(facts discovery.Facts) (int64, string) {
+	offer, _, reasons := p.offer(facts)
+	return offer, strings.Join(reasons, "; ")
+}
+
+// offer is NodeOffer with each reason's taint.
+func (p Policy) offer(facts discovery.Facts) (int64, []resourceapi.DeviceTaint, []string) {
+	var taints []resourceapi.DeviceTaint
+	var reasons []string
+	offer := int64(0)
+	if ok, why := facts.Usable(); !ok {
+		reasons = append(reasons, why)
+	} else if offer = p.Offer(facts.TotalBytes); offer == 0 {
+		reasons = append(reasons, fmt.Sprintf("nothing left to offer: %d bytes of swap × overcommit ratio %v minus %d reserved bytes is less than %d bytes",
+			facts.TotalBytes, p.OvercommitRatio, p.ReservedBytes, v1alpha1.CapacityStep))
+	}
+	if len(reasons) > 0 {
+		taints = append(taints, resourceapi.DeviceTaint{Key: v1alpha1.TaintNoUsableSwap, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+	}
+	if why := p.Withheld(facts.SwapBehavior); why != "" {
+		reasons = append(reasons, why)
+		taints = append(taints, resourceapi.DeviceTaint{Key: v1alpha1.TaintKubeletSwapBehavior, Value: facts.SwapBehavior,
+			Effect: resourceapi.DeviceTaintEffectNoSchedule})
+	}
+	if len(reasons) > 0 {
+		offer = 0
+	}
+	return offer, taints, reasons
+}
+
 // Device returns the node's swap device. A node that offers swap gets a
 // shareable device whose consumable "swap" capacity is the offer. A node
 // that offers none still gets the device, so that its attributes (the
 // kubelet's swap behavior above all) reach the controller and DeviceClass
-// selectors, but with zero capacity, usable=false and the NoSchedule taint
-// TaintNoUsableSwap, so the scheduler never allocates it; the returned
-// reason says why it is unusable ("" when usable).
+// selectors, but with zero capacity, usable=false and a NoSchedule taint
+// per cause, so the scheduler never allocates it: TaintNoUsableSwap when
+// the node has no usable swap, TaintKubeletSwapBehavior (valued with the
+// behavior) when the kubelet's swap behavior is not NoSwap and the policy
+// does not offer swap under it. The returned reason says why it is
+// unusable ("" when usable).
 func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*resourceapi.Device, string) {
 	attrs := attributes(facts, nodeLabels)
-	offer := int64(0)
-	reason := ""
-	if ok, why := facts.Usable(); !ok {
-		reason = why
-	} else if offer = p.Offer(facts.TotalBytes); offer == 0 {
-		reason = fmt.Sprintf("nothing left to offer: %d bytes of swap × overcommit ratio %v minus %d reserved bytes is less than %d bytes",
-			facts.TotalBytes, p.OvercommitRatio, p.ReservedBytes, v1alpha1.CapacityStep)
-	}
+	offer, taints, reasons := p.offer(facts)
+	reason := strings.Join(reasons, "; ")
 	attrs[v1alpha1.AttrUsable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(reason == "")}
 	device := &resourceapi.Device{
 		Name:                     v1alpha1.DeviceName,
@@ -97,15 +185,12 @@ func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*res
 	}
 	if reason != "" {
 		// No request policy: its range could not be valid with zero
-		// capacity. The taint keeps claims away; prepare refuses a claim
-		// that tolerates it, because it would consume 0 bytes.
+		// capacity. The taints keep claims away; prepare refuses a claim
+		// that tolerates them, because it would consume 0 bytes.
 		device.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			v1alpha1.CapacitySwap: {Value: *resource.NewQuantity(0, resource.BinarySI)},
 		}
-		device.Taints = []resourceapi.DeviceTaint{{
-			Key:    v1alpha1.TaintNoUsableSwap,
-			Effect: resourceapi.DeviceTaintEffectNoSchedule,
-		}}
+		device.Taints = taints
 		return device, reason
 	}
 	def := p.DefaultRequestBytes

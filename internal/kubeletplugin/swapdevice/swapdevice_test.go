@@ -57,6 +57,10 @@ func TestPolicyValidate(t *testing.T) {
 		{policy: Policy{OvercommitRatio: 101}, wantErr: "overcommit ratio"},
 		{policy: Policy{OvercommitRatio: 1, ReservedBytes: -1}, wantErr: "reserved swap"},
 		{policy: Policy{OvercommitRatio: 1, DefaultRequestBytes: -1}, wantErr: "default swap request"},
+		{policy: Policy{OvercommitRatio: 1, UnsafeOfferUnder: []string{"LimitedSwap", "WorkloadControlledSwap", "Unknown"}}},
+		{policy: Policy{OvercommitRatio: 1, UnsafeOfferUnder: []string{"NoSwap"}}, wantErr: `"NoSwap" to offer swap under is none of LimitedSwap, WorkloadControlledSwap, Unknown (under NoSwap swap is always offered)`},
+		{policy: Policy{OvercommitRatio: 1, UnsafeOfferUnder: []string{"LimitedSwap", "limitedswap"}}, wantErr: `"limitedswap"`},
+		{policy: Policy{OvercommitRatio: 1, UnsafeOfferUnder: []string{""}}, wantErr: `behavior ""`},
 	} {
 		err := tc.policy.Validate()
 		if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
@@ -191,8 +195,12 @@ func TestUnusableDevice(t *testing.T) {
 			if !c.Value.IsZero() || c.RequestPolicy != nil {
 				t.Errorf("capacity = %+v, want 0 without a request policy", c)
 			}
-			if len(dev.Taints) != 1 || dev.Taints[0].Key != v1alpha1.TaintNoUsableSwap || dev.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
-				t.Errorf("taints = %+v, want %s:NoSchedule", dev.Taints, v1alpha1.TaintNoUsableSwap)
+			// Both causes are told: the swap, and the kubelet's LimitedSwap.
+			if got := taintList(dev); got != v1alpha1.TaintNoUsableSwap+":NoSchedule, "+v1alpha1.TaintKubeletSwapBehavior+"=LimitedSwap:NoSchedule" {
+				t.Errorf("taints = %s, want %s:NoSchedule and %s=LimitedSwap:NoSchedule", got, v1alpha1.TaintNoUsableSwap, v1alpha1.TaintKubeletSwapBehavior)
+			}
+			if !strings.Contains(reason, "; the kubelet's swapBehavior LimitedSwap") {
+				t.Errorf("reason %q does not name the kubelet's LimitedSwap after the swap's cause", reason)
 			}
 			if u := dev.Attributes[v1alpha1.AttrUsable].BoolValue; u == nil || *u {
 				t.Errorf("usable = %v, want false", u)
@@ -209,6 +217,95 @@ func TestUnusableDevice(t *testing.T) {
 	dev, reason := Device(usableFacts(), nil, Policy{OvercommitRatio: 1})
 	if reason != "" || len(dev.Taints) != 0 || dev.Attributes[v1alpha1.AttrUsable].BoolValue == nil || !*dev.Attributes[v1alpha1.AttrUsable].BoolValue {
 		t.Errorf("usable node: reason %q, taints %v, usable %v", reason, dev.Taints, dev.Attributes[v1alpha1.AttrUsable].BoolValue)
+	}
+}
+
+// taintList renders a device's taints as "key=value:effect, ...".
+func taintList(dev *resourceapi.Device) string {
+	var out []string
+	for _, t := range dev.Taints {
+		taint := t.Key
+		if t.Value != "" {
+			taint += "=" + t.Value
+		}
+		out = append(out, taint+":"+string(t.Effect))
+	}
+	return strings.Join(out, ", ")
+}
+
+// TestDeviceUnderSwapBehavior: a node whose kubelet gives containers
+// without a claim swap of its own (LimitedSwap, KEP-5359's
+// WorkloadControlledSwap) or may (Unknown) offers no swap, tainted
+// kubelet-swap-behavior=<behavior> with a reason that says what the
+// kubelet does and how to fix it, unless the policy names the behavior in
+// UnsafeOfferUnder; NodeOffer agrees with the device.
+func TestDeviceUnderSwapBehavior(t *testing.T) {
+	tests := []struct {
+		name     string
+		behavior string
+		unsafe   []string
+		// wantReason: the reason holds each ("" for an offering device).
+		wantReason []string
+	}{
+		{name: "NoSwap", behavior: "NoSwap"},
+		{name: "NoSwap, unsafe behaviors listed", behavior: "NoSwap", unsafe: UnsafeSwapBehaviors()},
+		{name: "LimitedSwap", behavior: "LimitedSwap", wantReason: []string{
+			"the kubelet's swapBehavior LimitedSwap gives Burstable containers without a claim swap of their own",
+			"promised twice", "set it to NoSwap"}},
+		{name: "WorkloadControlledSwap", behavior: "WorkloadControlledSwap", wantReason: []string{
+			"the kubelet's swapBehavior WorkloadControlledSwap (KEP-5359) sets containers' swap limits itself", "set it to NoSwap"}},
+		{name: "Unknown", behavior: "Unknown", wantReason: []string{
+			"the kubelet's swapBehavior is Unknown (its configuration cannot be read)", "promised twice",
+			"point kubeletPlugin.kubeletConfig at a configuration with NoSwap"}},
+		{name: "LimitedSwap offered, knowingly", behavior: "LimitedSwap", unsafe: []string{"LimitedSwap"}},
+		{name: "WorkloadControlledSwap offered, knowingly", behavior: "WorkloadControlledSwap", unsafe: []string{"WorkloadControlledSwap"}},
+		{name: "Unknown offered, knowingly", behavior: "Unknown", unsafe: []string{"Unknown", "LimitedSwap"}},
+		{name: "only the behaviors listed", behavior: "WorkloadControlledSwap", unsafe: []string{"LimitedSwap", "Unknown"},
+			wantReason: []string{"WorkloadControlledSwap (KEP-5359)"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := usableFacts()
+			f.SwapBehavior = tc.behavior
+			p := Policy{OvercommitRatio: 1, UnsafeOfferUnder: tc.unsafe}
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			dev, reason := Device(f, nil, p)
+			offer, offerReason := p.NodeOffer(f)
+			if offerReason != reason {
+				t.Errorf("NodeOffer's reason %q, Device's %q", offerReason, reason)
+			}
+			if b := dev.Attributes[v1alpha1.AttrSwapBehavior].StringValue; b == nil || *b != tc.behavior {
+				t.Errorf("swapBehavior attribute %v, want %s", b, tc.behavior)
+			}
+			c := dev.Capacity[v1alpha1.CapacitySwap]
+			usable := dev.Attributes[v1alpha1.AttrUsable].BoolValue
+			if tc.wantReason == nil {
+				if reason != "" || c.Value.Value() != 4*gi || offer != 4*gi || len(dev.Taints) != 0 || usable == nil || !*usable {
+					t.Errorf("reason %q, capacity %v, NodeOffer %d, taints %s, usable %v; want 4Gi offered, untainted", reason, c.Value, offer, taintList(dev), usable)
+				}
+				return
+			}
+			for _, want := range tc.wantReason {
+				if !strings.Contains(reason, want) {
+					t.Errorf("reason %q lacks %q", reason, want)
+				}
+			}
+			if !c.Value.IsZero() || c.RequestPolicy != nil || offer != 0 || usable == nil || *usable {
+				t.Errorf("capacity %+v, NodeOffer %d, usable %v; want 0 without a request policy, not usable", c, offer, usable)
+			}
+			if got, want := taintList(dev), v1alpha1.TaintKubeletSwapBehavior+"="+tc.behavior+":NoSchedule"; got != want {
+				t.Errorf("taints %s, want %s", got, want)
+			}
+			// The reason is the device's health message: one short line.
+			if len(reason) > 256 || strings.Contains(reason, "\n") {
+				t.Errorf("reason %q is not one short line (%d bytes)", reason, len(reason))
+			}
+			if risk := SwapBehaviorRisk(tc.behavior); !strings.Contains(risk, "promised twice") || !strings.Contains(risk, "OOM-killed below its claim") {
+				t.Errorf("SwapBehaviorRisk(%s) = %q does not say what it risks", tc.behavior, risk)
+			}
+		})
 	}
 }
 
