@@ -45,10 +45,6 @@ const (
 	CauseTimeout Cause = "timed out"
 )
 
-// taintKubeletSwapBehavior is the device taint of a node whose kubelet's
-// swap behavior keeps it from offering swap.
-const taintKubeletSwapBehavior = v1alpha1.DriverName + "/kubelet-swap-behavior"
-
 // ToleratedTaints are the device taints the test's claim tolerates (the
 // chart's ResourceClaimTemplate lists the same, a test checks): pressure
 // steers new claims elsewhere but the node still applies limits, which is
@@ -127,7 +123,7 @@ func allocatable(device *resourceapi.Device, request int64) (bool, Problem) {
 			continue
 		}
 		switch t.Key {
-		case taintKubeletSwapBehavior:
+		case v1alpha1.TaintKubeletSwapBehavior:
 			return false, Problem{CauseSwapBehavior, "the node offers no swap while its kubelet runs " + firstNonEmpty(t.Value, behavior) + " (device taint " + taintString(t) + ")"}
 		case v1alpha1.TaintNoUsableSwap:
 			return false, Problem{CauseNoUsableSwap, "the node offers no swap (device taint " + taintString(t) + "): " + unusableReason(device)}

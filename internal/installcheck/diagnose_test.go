@@ -163,7 +163,7 @@ func TestDiagnose(t *testing.T) {
 		want: []Problem{{CauseNoSlice, "is ready but has not published (yet): kubectl -n dra-swap logs dra-driver-swap-kubeletplugin-x1"}},
 	}, {
 		name: "LimitedSwap: no offer, the probe without a claim swaps",
-		node: Node{Device: swapDevice(v1alpha1.SwapBehaviorLimitedSwap, 0, 2, taint(taintKubeletSwapBehavior, v1alpha1.SwapBehaviorLimitedSwap)),
+		node: Node{Device: swapDevice(v1alpha1.SwapBehaviorLimitedSwap, 0, 2, taint(v1alpha1.TaintKubeletSwapBehavior, v1alpha1.SwapBehaviorLimitedSwap)),
 			NoClaim: Probe{Pod: finished(v2Report(3*mi, ""))}},
 		want: []Problem{{CauseSwapBehavior, "the kubelet runs swapBehavior LimitedSwap, not NoSwap (the slice s1 says LimitedSwap; " +
 			"the node offers no swap while its kubelet runs LimitedSwap (device taint dra.swap/kubelet-swap-behavior=LimitedSwap:NoSchedule); " +
@@ -306,7 +306,7 @@ func TestAllocatable(t *testing.T) {
 		{"pressure", swapDevice(v1alpha1.SwapBehaviorNoSwap, 10*mi, 2, taint(v1alpha1.TaintMemoryPressure, "x")), mi, ""},
 		{"an effect None taint", swapDevice(v1alpha1.SwapBehaviorNoSwap, 10*mi, 2, resourceapi.DeviceTaint{Key: "k", Effect: resourceapi.DeviceTaintEffectNone}), mi, ""},
 		{"another taint", swapDevice(v1alpha1.SwapBehaviorNoSwap, 10*mi, 2, taint("example.com/x", "")), mi, CauseNoUsableSwap},
-		{"kubelet swap behavior", swapDevice(v1alpha1.SwapBehaviorLimitedSwap, 0, 2, taint(taintKubeletSwapBehavior, "LimitedSwap")), mi, CauseSwapBehavior},
+		{"kubelet swap behavior", swapDevice(v1alpha1.SwapBehaviorLimitedSwap, 0, 2, taint(v1alpha1.TaintKubeletSwapBehavior, "LimitedSwap")), mi, CauseSwapBehavior},
 		{"not usable without a taint", swapDevice(v1alpha1.SwapBehaviorNoSwap, 0, 2), mi, CauseNoUsableSwap},
 	} {
 		ok, p := Allocatable(tc.device, tc.request)

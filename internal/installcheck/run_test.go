@@ -94,7 +94,7 @@ func testConfig() Config {
 }
 
 func TestRun(t *testing.T) {
-	limited := swapDevice(v1alpha1.SwapBehaviorLimitedSwap, 0, 2, taint(taintKubeletSwapBehavior, v1alpha1.SwapBehaviorLimitedSwap))
+	limited := swapDevice(v1alpha1.SwapBehaviorLimitedSwap, 0, 2, taint(v1alpha1.TaintKubeletSwapBehavior, v1alpha1.SwapBehaviorLimitedSwap))
 	objects := []runtime.Object{
 		slice("a-good", v1alpha1.DriverName, swapDevice(v1alpha1.SwapBehaviorNoSwap, 1024*mi, 2)),
 		slice("b-limited", v1alpha1.DriverName, limited),

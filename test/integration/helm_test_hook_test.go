@@ -250,7 +250,7 @@ func device(behavior string, offer int64, taints ...resourceapi.DeviceTaint) *re
 // that the policy admits the probes it makes. No kubelet runs: the test
 // plays the kubelets, giving each probe the report its node's would.
 func TestHelmTestRun(t *testing.T) {
-	limited := device(v1alpha1.SwapBehaviorLimitedSwap, 0, resourceapi.DeviceTaint{Key: v1alpha1.DriverName + "/kubelet-swap-behavior", Value: "LimitedSwap", Effect: resourceapi.DeviceTaintEffectNoSchedule})
+	limited := device(v1alpha1.SwapBehaviorLimitedSwap, 0, resourceapi.DeviceTaint{Key: v1alpha1.TaintKubeletSwapBehavior, Value: v1alpha1.SwapBehaviorLimitedSwap, Effect: resourceapi.DeviceTaintEffectNoSchedule})
 	e := startHelmTestEnv(t, map[string]*resourceapi.Device{"node-a": device(v1alpha1.SwapBehaviorNoSwap, 1024*mi), "node-b": limited}, "node-a", "node-b", "node-c")
 	ctx := context.Background()
 	cfg := helmTestConfig(t, e.spec, e.pod, "--timeout=60s", "--poll-interval=200ms")
