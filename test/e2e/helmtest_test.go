@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -104,4 +105,33 @@ func TestHelmTestHookMissing(t *testing.T) {
 			t.Errorf("helm test's output lacks %q", want)
 		}
 	}
+}
+
+// helmTestFailsUnderLimitedSwap: on a node whose kubelet was turned to
+// LimitedSwap at since (TestKubeletSwapBehaviorChange), helm test fails
+// and says why: the kubelet's swapBehavior, as the slice says and as the
+// probe without a claim, which may swap, shows. It waits first for the
+// slice the plugin makes after the restarted kubelet wiped the node's
+// slices (some 30 s later), which a test run in between would not find.
+func (c *env) helmTestFailsUnderLimitedSwap(t *testing.T, since time.Time) {
+	t.Helper()
+	start := time.Now()
+	c.waitSwapDevice(t, "a slice made after the kubelet's start-up wipe", func(*resourceapi.Device) bool {
+		s := c.swapSlice(t)
+		return s != nil && s.CreationTimestamp.After(since.Truncate(time.Second))
+	})
+	out, failed := c.helmTest(t)
+	if !failed {
+		t.Fatalf("helm test passed on a node whose kubelet runs LimitedSwap")
+	}
+	for _, want := range []string{
+		"FAIL " + c.node + ": kubelet swapBehavior not NoSwap: the kubelet runs swapBehavior LimitedSwap, not NoSwap (",
+		"the probe without a claim may swap ",
+		"set memorySwap.swapBehavior: NoSwap in the kubelet's configuration and restart the kubelet",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("helm test's output lacks %q", want)
+		}
+	}
+	t.Logf("helm test under LimitedSwap took %v with the wait for the slice", time.Since(start).Round(100*time.Millisecond))
 }
