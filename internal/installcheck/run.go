@@ -257,11 +257,14 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) (Result, 
 
 	waitCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	var observed bool
+	var observeErr error
 	err = wait.PollUntilContextCancel(waitCtx, cfg.Poll, true, func(ctx context.Context) (bool, error) {
-		if err := observe(ctx, client, cfg, states); err != nil {
-			logger.Error(err, "Reading the probes; retrying")
+		if observeErr = observe(ctx, client, cfg, states); observeErr != nil {
+			logger.Error(observeErr, "Reading the probes; retrying")
 			return false, nil
 		}
+		observed = true
 		for _, s := range states {
 			if !s.node.Claim.Settled && s.claim != "" || !s.node.NoClaim.Settled && s.noClaim != "" {
 				return false, nil
@@ -271,6 +274,10 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) (Result, 
 	})
 	if err != nil && ctx.Err() != nil {
 		return res, ctx.Err()
+	}
+	if !observed && len(created) > 0 {
+		// Not one read: what the probes did is unknown, not timed out.
+		return res, fmt.Errorf("reading the probes for %v: %w", cfg.Timeout, observeErr)
 	}
 	for _, s := range states {
 		res.Verdicts = append(res.Verdicts, Diagnose(s.node))

@@ -249,6 +249,16 @@ func TestRunSelectsAndBounds(t *testing.T) {
 	}
 	t.Logf("the run that timed out took %v", time.Since(start).Round(time.Millisecond))
 
+	// Probes that cannot be read: an error, not a timeout.
+	client = fake.NewClientset(objects...)
+	(&kubelet{outcome: outcome}).install(t, client)
+	client.PrependReactor("list", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, fmt.Errorf("events are forbidden")
+	})
+	if _, err := Run(ctx, client, testConfig()); err == nil || !strings.Contains(err.Error(), "reading the probes for 200ms") || !strings.Contains(err.Error(), "events are forbidden") {
+		t.Errorf("probes that cannot be read: %v, want an error saying so", err)
+	}
+
 	// Nothing to check at all.
 	if _, err := Run(ctx, fake.NewClientset(), testConfig()); err == nil || !strings.Contains(err.Error(), "no node to check") {
 		t.Errorf("a cluster without the driver: %v, want an error saying so", err)
