@@ -22,15 +22,15 @@ import (
 // helmTestPod is the chart's test pod (templates/tests/helm-test.yaml).
 const helmTestPod = driverRelease + "-test"
 
-// helmTest runs `helm test` on the release as an admin does after helm
-// install and returns its output (helm prints the test pod's log, a line
+// helmTest runs `helm test --logs` on the release as an admin does after
+// helm install and returns its output (with the test pod's log, a line
 // per node) and whether it failed. It deletes a failed test pod
 // afterwards (helm keeps it for kubectl logs until the next run), and
 // checks that no probe is left either way.
 func (c *env) helmTest(t *testing.T) (string, bool) {
 	t.Helper()
 	bin := filepath.Join(c.repoRoot, "_output", "bin", "helm")
-	cmd := exec.Command(bin, "test", driverRelease, "--namespace", driverNamespace, "--timeout", cluster.Scaled(5*time.Minute).String())
+	cmd := exec.Command(bin, "test", driverRelease, "--namespace", driverNamespace, "--logs", "--timeout", cluster.Scaled(5*time.Minute).String())
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Env["KUBECONFIG"])
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -58,16 +58,15 @@ func (c *env) helmTest(t *testing.T) (string, bool) {
 }
 
 // TestHelmTest: `helm test` after helm install passes on the node's
-// configuration, and helm prints the node's PASS line (the test pod's log,
-// through the pod's hook-output-log-policy) with what its probes saw. In
-// the guest phase it checks both nodes (the host's is quick).
+// configuration, and prints the node's PASS line with what its probes
+// saw. In the guest phase it checks both nodes (the host's is quick).
 func TestHelmTest(t *testing.T) {
 	c := loadCluster(t)
 	out, failed := c.helmTest(t)
 	if failed {
 		t.Fatalf("helm test failed on a working cluster")
 	}
-	want := "PASS " + c.node + ": with a 1Mi claim: DRA_SWAP_LIMIT_BYTES=1048576 and cgroup v"
+	want := "\nPASS " + c.node + ": with a 1Mi claim: DRA_SWAP_LIMIT_BYTES=1048576 and cgroup v"
 	if !strings.Contains(out, want) || !strings.Contains(out, "without a claim: no swap") {
 		t.Errorf("helm test's output lacks %q and the probe without a claim", want)
 	}
@@ -97,7 +96,7 @@ func TestHelmTestHookMissing(t *testing.T) {
 		t.Fatalf("helm test passed without the hook binary on the node")
 	}
 	for _, want := range []string{
-		"FAIL " + c.node + ": hook not run: the runtime could not run the driver's OCI hook for the probe with a swap claim: the hook binary is missing on the node",
+		"\nFAIL " + c.node + ": hook not run: the runtime could not run the driver's OCI hook for the probe with a swap claim: the hook binary is missing on the node",
 		"dra-swap-hook: no such file or directory",
 		"restart its pod on the node (kubectl -n " + driverNamespace + " delete pod " + driverRelease + "-kubeletplugin-",
 	} {
@@ -125,7 +124,7 @@ func (c *env) helmTestFailsUnderLimitedSwap(t *testing.T, since time.Time) {
 		t.Fatalf("helm test passed on a node whose kubelet runs LimitedSwap")
 	}
 	for _, want := range []string{
-		"FAIL " + c.node + ": kubelet swapBehavior not NoSwap: the kubelet runs swapBehavior LimitedSwap, not NoSwap (",
+		"\nFAIL " + c.node + ": kubelet swapBehavior not NoSwap: the kubelet runs swapBehavior LimitedSwap, not NoSwap (",
 		"the probe without a claim may swap ",
 		"set memorySwap.swapBehavior: NoSwap in the kubelet's configuration and restart the kubelet",
 	} {
