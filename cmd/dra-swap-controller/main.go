@@ -1,11 +1,13 @@
 // Command dra-swap-controller labels nodes with their swap behavior and
 // pods with their node's topology and swap labels, and serves the
 // driver's admission webhooks. One Deployment per cluster; replicas
-// elect a leader. See docs/design.md.
+// elect a leader. See docs/design.md. `dra-swap-controller check` is the
+// chart's helm test (internal/installcheck).
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/commandline"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/installcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -34,13 +37,20 @@ const maxCleanupNodes = 100000
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		if !errors.Is(err, installcheck.ErrFailed) {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		}
 		os.Exit(1)
 	}
 }
 
 // run runs the controller, or prints its version on stdout with --version.
+// With the subcommand check it runs the chart's helm test
+// (internal/installcheck) instead.
 func run(args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == installcheck.Subcommand {
+		return installcheck.Main(args[1:], stdout, "/")
+	}
 	namespace := os.Getenv("POD_NAMESPACE")
 	if namespace == "" {
 		namespace = "kube-system"

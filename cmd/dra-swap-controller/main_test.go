@@ -29,6 +29,11 @@ func TestRun(t *testing.T) {
 		{args: []string{"extra"}, wantErr: "unexpected arguments"},
 		{args: []string{"--no-such-flag"}, wantErr: "unknown flag"},
 		{args: []string{"--pod-selection=namespaces", "--namespace-selector=a in (b"}, wantErr: "--namespace-selector"},
+		// The subcommand check is the chart's helm test, with flags of its own.
+		{args: []string{"check", "--version"}, wantStdout: version.Get().Line("dra-swap-controller check") + "\n"},
+		{args: []string{"check", "--workers=2"}, wantErr: "unknown flag: --workers"},
+		{args: []string{"check", "--image=x", "--claim-template=t", "--namespace=ns", "--max-nodes=0"}, wantErr: "max nodes 0"},
+		{args: []string{"check", "--image=x", "--claim-template=t", "--namespace=ns", "--kubeconfig=/does/not/exist"}, wantErr: "load kubeconfig /does/not/exist"},
 	}
 	for _, tc := range tests {
 		// run applies the logging configuration, which is process-wide.

@@ -59,7 +59,8 @@ var guestTests = map[string]string{
 	"TestKubeletAndRuntimeRestart":    "the runtime's restart, as a systemd unit, and NRI's reconnection",
 	"TestWithoutNRI":                  "the runtime without NRI",
 	"TestPressureTaints":              "the kubepods cgroup's PSI (v2 only; its swap-full part runs on this host's node only)",
-	"TestKubeletSwapBehaviorChange":   "a kubelet turned to LimitedSwap and back (the kubelet refuses LimitedSwap on v1)",
+	"TestKubeletSwapBehaviorChange":   "a kubelet turned to LimitedSwap and back (the kubelet refuses LimitedSwap on v1); helm test names it",
+	"TestHelmTest":                    "helm test's probes read a v2 cgroup's swap limit (and it checks both nodes)",
 }
 
 func loadCluster(t *testing.T) *env {

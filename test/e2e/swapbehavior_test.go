@@ -89,6 +89,9 @@ func TestKubeletSwapBehaviorChange(t *testing.T) {
 		t.Fatalf("a claim pod was placed on the node that sells no swap: %v, %v", p.Spec.NodeName, err)
 	}
 
+	// helm test names the cause (helmtest_test.go).
+	c.helmTestFailsUnderLimitedSwap(t, flipped)
+
 	// The slice the restarted kubelet will find (see below).
 	var before *resourceapi.ResourceSlice
 	c.waitSwapDevice(t, "a slice", func(*resourceapi.Device) bool { before = c.swapSlice(t); return before != nil })

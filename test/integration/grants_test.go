@@ -202,6 +202,20 @@ func TestComponentGrants(t *testing.T) {
 			"get,list,patch nodes",
 		},
 	}, {
+		// helm test's pod (its RBAC exists while the test runs).
+		// Narrowed by the -test-probes-only policy: it creates and
+		// deletes only probe pods.
+		name:   "helm test",
+		client: podTokenClient(t, s, "helm-test", helmTestName, "node-a"),
+		everywhere: []string{
+			"list resourceslices.resource.k8s.io",
+			"list nodes",
+		},
+		inChart: []string{
+			"create,list,delete pods",
+			"list events",
+		},
+	}, {
 		// The namespace's default account: the chart grants it nothing.
 		name:   "chart namespace's default account",
 		client: podTokenClient(t, s, "default-a", "default", "node-a"),

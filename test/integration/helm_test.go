@@ -158,9 +158,15 @@ func TestChart(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// ServiceAccounts for real: a pod (the helm test's) is
+				// refused without its account.
+				var dryRun []string
+				if gvk.Kind != "ServiceAccount" {
+					dryRun = []string{metav1.DryRunAll}
+				}
 				force := true
 				if _, err := r.Patch(ctx, u.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
-					DryRun: []string{metav1.DryRunAll}, FieldManager: "chart-test", Force: &force,
+					DryRun: dryRun, FieldManager: "chart-test", Force: &force,
 				}); err != nil {
 					t.Errorf("server-side apply (dry run) of %s %s: %v", gvk.Kind, u.GetName(), err)
 				}
@@ -169,11 +175,15 @@ func TestChart(t *testing.T) {
 			// No mutating webhook: the labelers patch pods as the
 			// controller. The NetworkPolicy is optional.
 			want := map[string]int{"DaemonSet": 1, "Deployment": 1, "DeviceClass": 1, "MutatingWebhookConfiguration": 0,
-				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
-				"ServiceAccount": 3, "ResourceQuota": 1, "ServiceMonitor": 0, "PrometheusRule": 0, "ConfigMap": 0,
+				"ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 6, "ValidatingAdmissionPolicyBinding": 6,
+				"ServiceAccount": 4, "ResourceQuota": 1, "ServiceMonitor": 0, "PrometheusRule": 0, "ConfigMap": 0,
 				// The uninstall's node label cleanup (a post-delete hook, with
 				// its own ServiceAccount).
-				"Job": 1}
+				"Job": 1,
+				// helm test (hooks: the pod, its claim template, its own
+				// ServiceAccount and RBAC; the policy on its account is
+				// no hook).
+				"Pod": 1, "ResourceClaimTemplate": 1}
 			// The controller's caBundle-only and own-secret-only policies
 			// come with its grants on the webhook configuration and on
 			// Secrets, in TLS mode self only.
@@ -182,14 +192,14 @@ func TestChart(t *testing.T) {
 				// The controller's NetworkPolicy and the plugin's.
 				want["DeviceClass"], want["ServiceMonitor"], want["Certificate"], want["NetworkPolicy"] = 3, 2, 1, 2
 				want["PrometheusRule"], want["ConfigMap"] = 1, 1
-				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 3, 3
-				want["Job"], want["ServiceAccount"] = 0, 2 // cleanupNodeLabelsOnUninstall false
+				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 4, 4
+				want["Job"], want["ServiceAccount"] = 0, 3 // cleanupNodeLabelsOnUninstall false
 			case "secret-tls":
-				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 3, 3
+				want["ValidatingAdmissionPolicy"], want["ValidatingAdmissionPolicyBinding"] = 4, 4
 			case "no-pdb-no-le":
 				want["PodDisruptionBudget"] = 0
 			case "overrides":
-				want["ServiceAccount"] = 2 // no plugin's: serviceAccount.create false
+				want["ServiceAccount"] = 3 // no plugin's: serviceAccount.create false
 				want["ServiceMonitor"], want["PrometheusRule"], want["ConfigMap"] = 2, 1, 1
 			}
 			for kind, n := range want {

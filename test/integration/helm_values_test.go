@@ -226,8 +226,8 @@ func TestChartValues(t *testing.T) {
 		// and policies use both names.
 		var accounts []string
 		for _, sa := range r.kind("ServiceAccount") {
-			if sa.GetName() == "dra-driver-swap-label-cleanup" {
-				continue // the uninstall hook's own
+			if sa.GetName() == "dra-driver-swap-label-cleanup" || sa.GetName() == helmTestName {
+				continue // the uninstall hook's and the helm test's own
 			}
 			accounts = append(accounts, sa.GetName())
 			if sa.GetAnnotations()["iam.example.com/role"] != "swap-controller" {
@@ -252,7 +252,7 @@ func TestChartValues(t *testing.T) {
 					switch {
 					case strings.HasSuffix(b.GetName(), "-kubeletplugin"):
 						want = "platform-swap-plugin"
-					case strings.HasSuffix(b.GetName(), "-label-cleanup"):
+					case strings.HasSuffix(b.GetName(), "-label-cleanup"), b.GetName() == helmTestName:
 						want = b.GetName()
 					}
 					if s["name"] != want || s["namespace"] != "swap-system" {
@@ -262,8 +262,8 @@ func TestChartValues(t *testing.T) {
 			}
 		}
 		policies := r.kind("ValidatingAdmissionPolicy")
-		if len(policies) != 5 {
-			t.Errorf("%d ValidatingAdmissionPolicies, want 5", len(policies))
+		if len(policies) != 6 {
+			t.Errorf("%d ValidatingAdmissionPolicies, want 6", len(policies))
 		}
 		for _, p := range policies {
 			conds, _, _ := unstructured.NestedSlice(p.Object, "spec", "matchConditions")
@@ -272,8 +272,11 @@ func TestChartValues(t *testing.T) {
 				exprs = append(exprs, c.(map[string]any)["expression"].(string))
 			}
 			want := `"system:serviceaccount:swap-system:platform-swap-controller"`
-			if strings.Contains(p.GetName(), "-kubeletplugin-") {
+			switch {
+			case strings.Contains(p.GetName(), "-kubeletplugin-"):
 				want = `"system:serviceaccount:swap-system:platform-swap-plugin"`
+			case strings.HasPrefix(p.GetName(), helmTestName+"-"):
+				want = `"system:serviceaccount:swap-system:` + helmTestName + `"`
 			}
 			if !strings.Contains(strings.Join(exprs, "\n"), "request.userInfo.username == "+want) {
 				t.Errorf("policy %s matches %q, want the user %s", p.GetName(), exprs, want)

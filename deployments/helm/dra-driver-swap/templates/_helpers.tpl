@@ -190,3 +190,11 @@ TopologyKeys and the allowlist), as a CEL list. */}}
 {{- range .Values.controller.nodeLabelAllowlist }}{{ $keys = append $keys . }}{{ end -}}
 {{ toJson $keys }}
 {{- end -}}
+
+{{/* `helm test`'s objects: its name (its ServiceAccount, RBAC, claim
+template and pod), and its values over their defaults (a release
+installed by 0.1.0 and upgraded with --reuse-values has none). */}}
+{{- define "dra-swap.helmTest" -}}{{ include "dra-swap.fullname" . | trunc 58 | trimSuffix "-" }}-test{{- end -}}
+{{- define "dra-swap.helmTestValues" -}}
+{{- mergeOverwrite (dict "enabled" true "swapRequest" "1Mi" "nodeSelector" "" "maxNodes" 20 "timeout" "3m") (deepCopy (.Values.helmTest | default dict)) | toJson -}}
+{{- end -}}
