@@ -117,7 +117,7 @@ func (s *startTimes) latency(name string) (time.Duration, bool) {
 // pod keeps its limit, and its claim unprepares cleanly afterwards.
 func TestUpgradeUnderLoad(t *testing.T) {
 	hostLegOnly(t, "a rolling update of the plugin (two instances, the hook replaced on the host, released CDI specs) does not depend on the cgroup version")
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("upgrades the cluster's helm release to an image of the same code with another version label"))
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
 	const before = 96 * mi
@@ -308,7 +308,7 @@ func (c *env) releaseObjects(t *testing.T) []chartObject {
 // them when their pods go.
 func TestUninstallAndReinstall(t *testing.T) {
 	hostLegOnly(t, "what helm uninstall removes and what a reinstall picks up do not depend on the cgroup version")
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("uninstalls and reinstalls the cluster's helm release"))
 	ns := c.namespace(t)
 	ctx := context.Background()
 	c.swapTemplate(t, ns, "swap-80", "", 80*mi)
@@ -477,7 +477,7 @@ func TestPluginSlicesOwnNodeOnly(t *testing.T) {
 		if bound {
 			req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: plugin.Name, UID: plugin.UID}
 		}
-		tr, err := c.client.CoreV1().ServiceAccounts(driverNamespace).CreateToken(ctx, plugin.Spec.ServiceAccountName, req, metav1.CreateOptions{})
+		tr, err := c.client.CoreV1().ServiceAccounts(c.DriverNamespace).CreateToken(ctx, plugin.Spec.ServiceAccountName, req, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -543,7 +543,7 @@ func TestPluginSlicesOwnNodeOnly(t *testing.T) {
 // without the webhook, and invalid config is refused with the reason.
 func TestControllerDown(t *testing.T) {
 	hostLegOnly(t, "webhooks, binding and the reconciler do not depend on the cgroup version")
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("scales the driver's controller to 0, which a cluster in use must not see"))
 	ns := c.namespace(t)
 	ctx := context.Background()
 	_, dep := c.driverWorkloads(t)

@@ -35,7 +35,7 @@ import (
 // (PostUpdateContainer), counted with trigger "update" and reported in a
 // SwapLimitRestored event.
 func TestLimitsHoldAfterResize(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("reads the container's cgroup on the node every millisecond while it is resized"))
 	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	const want = 100 * mi
@@ -134,7 +134,7 @@ func resized(mem, cpu string) func(*corev1.Pod) bool {
 // on the node; the verifier finds it on its next pass, writes the claim's
 // value back, counts it and says so on the pod.
 func TestLimitRestoredAfterHandWrite(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("writes the container's swap limit by hand on the node"))
 	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	const want = 80 * mi
@@ -321,7 +321,7 @@ func (c *env) logLimitCounters(t *testing.T) {
 // the claim's and the reload keeps it; were it the kubelet's, the verifier
 // would restore it (with an event).
 func TestDaemonReload(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("runs systemctl daemon-reload on the node"))
 	if c.Env["CGROUP_DRIVER"] != "systemd" {
 		t.Skip("the systemd cgroup driver runs on the v2 leg; this node uses " + c.Env["CGROUP_DRIVER"])
 	}

@@ -28,7 +28,7 @@ import (
 // mounts are the runtime's, not the cgroup version's.
 func TestPluginMountsReadOnly(t *testing.T) {
 	hostLegOnly(t, "the mounts are the runtime's (containerd, runc) and the kernel's, not the cgroup version's")
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("reads the plugin container's mount table from the node's /proc"))
 	var submounts []string
 	for _, m := range []struct{ fstype, target string }{{"bpf", "/sys/fs/bpf"}, {"tracefs", "/sys/kernel/tracing"}} {
 		if mounted, err := isMountPoint(m.target); err != nil || mounted {

@@ -64,7 +64,7 @@ func LoadPortable(ctx context.Context) (*Cluster, error) {
 	config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("the conformance suite needs KUBECONFIG (or ~/.kube/config) of the cluster to test: %w", err)
+		return nil, fmt.Errorf("no kubeconfig of the cluster to test (KUBECONFIG, else ~/.kube/config): %w", err)
 	}
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
