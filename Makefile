@@ -46,8 +46,10 @@ image-tool:
 ## images: the driver's image dra-driver-swap:$(VERSION) and the e2e tests'
 ## images (pause:3.10, swap-workload:v1), as an OCI image layout in
 ## $(IMAGES_DIR); no Docker engine needed. The same sources give the same digests.
+## IMAGE_SET=test builds the tests' images only (driver: the driver's only).
+IMAGE_SET ?= all
 images: image-tool
-	$(OUT_DIR)/dra-swap-images build -out $(IMAGES_DIR) -version $(VERSION) -revision $(REVISION) -set all
+	$(OUT_DIR)/dra-swap-images build -out $(IMAGES_DIR) -version $(VERSION) -revision $(REVISION) -set $(IMAGE_SET)
 
 ## push: push the images of $(IMAGES_DIR) to REGISTRY (HOST[:PORT][/PATH]) as
 ## $(REGISTRY)/<name>:<tag>, with the docker config's credentials for
