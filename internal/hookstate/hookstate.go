@@ -95,12 +95,19 @@ type Share struct {
 type Container struct {
 	// ID is the runtime's container ID (the directory's name).
 	ID string `json:"id"`
-	// CgroupVersion and CgroupGroup locate the container's memory cgroup
-	// (the group is its path within the hierarchy).
+	// CgroupVersion and CgroupGroup locate the container's memory cgroup,
+	// the one its process is in (the group is its path within the
+	// hierarchy).
 	CgroupVersion int    `json:"cgroupVersion"`
 	CgroupGroup   string `json:"cgroupGroup"`
-	// PodCgroupGroup, when set, is the pod's cgroup (the container's
-	// parent), which holds the pod's swap budget.
+	// OuterCgroupGroup, when set, is the container's cgroup that holds
+	// CgroupGroup, its parent: crun's systemd driver puts the process in
+	// the "container" subgroup of the container's scope
+	// (…/crio-<id>.scope/container), and the scope's limit bounds the
+	// subgroup's. It holds the same limit as CgroupGroup.
+	OuterCgroupGroup string `json:"outerCgroupGroup,omitempty"`
+	// PodCgroupGroup, when set, is the pod's cgroup (the parent of the
+	// container's outermost cgroup), which holds the pod's swap budget.
 	PodCgroupGroup string `json:"podCgroupGroup,omitempty"`
 	// Namespace, Pod, PodUID and Name identify it in Kubernetes; empty for
 	// a container the runtime did not create for a pod.
@@ -122,6 +129,26 @@ func (c Container) String() string {
 // Target is the container's cgroup for package cgroupswap.
 func (c Container) Target(cgroupRoot string) cgroupswap.Target {
 	return cgroupswap.Target{Version: c.CgroupVersion, Root: cgroupRoot, Group: c.CgroupGroup, Container: c.String()}
+}
+
+// Targets are all the container's cgroups that hold its limit: the outer
+// one first, if any, then its own (Target).
+func (c Container) Targets(cgroupRoot string) []cgroupswap.Target {
+	own := c.Target(cgroupRoot)
+	if c.OuterCgroupGroup == "" {
+		return []cgroupswap.Target{own}
+	}
+	outer := own
+	outer.Group = c.OuterCgroupGroup
+	return []cgroupswap.Target{outer, own}
+}
+
+// outermost is the container's outermost cgroup.
+func (c Container) outermost() string {
+	if c.OuterCgroupGroup != "" {
+		return c.OuterCgroupGroup
+	}
+	return c.CgroupGroup
 }
 
 // PodTarget is the container's pod's cgroup, if the record has one.
@@ -217,17 +244,23 @@ func (c Container) validate() error {
 	if c.CgroupVersion != 1 && c.CgroupVersion != 2 {
 		return fmt.Errorf("container %s: cgroup version %d is neither 1 nor 2", c, c.CgroupVersion)
 	}
-	if !strings.HasPrefix(c.CgroupGroup, "/") || strings.Contains(c.CgroupGroup, "..") || strings.ContainsRune(c.CgroupGroup, 0) ||
-		filepath.Clean(c.CgroupGroup) != c.CgroupGroup {
+	if !cleanGroup(c.CgroupGroup) {
 		return fmt.Errorf("container %s: cgroup path %q is not a clean absolute path within the hierarchy", c, c.CgroupGroup)
 	}
-	if c.PodCgroupGroup != "" && (c.PodCgroupGroup != filepath.Dir(c.CgroupGroup) || c.PodCgroupGroup == "/") {
-		return fmt.Errorf("container %s: pod cgroup %q is not the parent of its cgroup %q", c, c.PodCgroupGroup, c.CgroupGroup)
+	if c.OuterCgroupGroup != "" && (c.OuterCgroupGroup != filepath.Dir(c.CgroupGroup) || c.OuterCgroupGroup == "/") {
+		return fmt.Errorf("container %s: outer cgroup %q is not the parent of its cgroup %q", c, c.OuterCgroupGroup, c.CgroupGroup)
+	}
+	if c.PodCgroupGroup != "" && (c.PodCgroupGroup != filepath.Dir(c.outermost()) || c.PodCgroupGroup == "/") {
+		return fmt.Errorf("container %s: pod cgroup %q is not the parent of its cgroup %q", c, c.PodCgroupGroup, c.outermost())
 	}
 	if c.PodUID != "" && !limits.IsUID(c.PodUID) {
 		return fmt.Errorf("container %s: pod UID %q is not a Kubernetes UID", c, c.PodUID)
 	}
 	return nil
+}
+
+func cleanGroup(g string) bool {
+	return strings.HasPrefix(g, "/") && !strings.Contains(g, "..") && !strings.ContainsRune(g, 0) && filepath.Clean(g) == g
 }
 
 // Totals is what a container's shares add up to.

@@ -239,6 +239,19 @@ func TestWriteContainer(t *testing.T) {
 		{name: "trailing slash", change: func(c *Container) { c.CgroupGroup = group + "/" }, wantErr: "not a clean absolute path"},
 		{name: "NUL in group", change: func(c *Container) { c.CgroupGroup = "/kubepods/\x00" }, wantErr: "not a clean absolute path"},
 		{name: "pod group not the parent", change: func(c *Container) { c.PodCgroupGroup = "/kubepods" }, wantErr: "is not the parent"},
+		// crun's systemd driver: the process in the scope's "container"
+		// subgroup, the pod's slice above the scope.
+		{name: "crun's scope and subgroup", change: func(c *Container) {
+			c.CgroupGroup, c.OuterCgroupGroup, c.PodCgroupGroup = group+"/x.scope/container", group+"/x.scope", group
+		}},
+		{name: "crun's scope without a pod budget", change: func(c *Container) {
+			c.CgroupGroup, c.OuterCgroupGroup, c.PodCgroupGroup = group+"/x.scope/container", group+"/x.scope", ""
+		}},
+		{name: "outer group not the parent", change: func(c *Container) { c.OuterCgroupGroup = "/kubepods" }, wantErr: "outer cgroup \"/kubepods\" is not the parent"},
+		{name: "outer group is the root", change: func(c *Container) { c.CgroupGroup, c.OuterCgroupGroup, c.PodCgroupGroup = "/"+cid, "/", "" }, wantErr: "is not the parent"},
+		{name: "pod group the parent of the subgroup, not of the scope", change: func(c *Container) {
+			c.CgroupGroup, c.OuterCgroupGroup, c.PodCgroupGroup = group+"/x.scope/container", group+"/x.scope", group+"/x.scope"
+		}, wantErr: "is not the parent of its cgroup \"" + group + "/x.scope\""},
 		{name: "pod group is the root", change: func(c *Container) { c.CgroupGroup, c.PodCgroupGroup = "/"+cid, "/" }, wantErr: "is not the parent"},
 		{name: "bad pod UID", change: func(c *Container) { c.PodUID = "pod-1" }, wantErr: "not a Kubernetes UID"},
 	}

@@ -47,7 +47,6 @@ func TestAttributesMatchHost(t *testing.T) {
 // zram device, then a loop device, which /proc/swaps lists as a partition
 // and whose disk's queue/rotational gives the medium.
 func TestAttributesMatchHostBlockDevices(t *testing.T) {
-	hostLegOnly(t, "how the plugin finds a block device's medium does not depend on the cgroup version")
 	c := loadCluster(t, needsNode("makes zram and loop devices the node's swap areas"))
 	for _, tc := range []struct {
 		name   string
@@ -238,6 +237,21 @@ func hostAttributes(clusterDir string, nodeLabels map[string]string) (map[resour
 	if st.Type == unix.CGROUP2_SUPER_MAGIC {
 		cgroupVersion = 2
 	}
+	// The newer swap files of a v2 memory cgroup, read in the kubelet's
+	// own top cgroup (the plugin looks at any child of the root).
+	swapPeak, zswapWriteback := false, false
+	if cgroupVersion == 2 {
+		for _, top := range []string{"kubepods.slice", "kubepods"} {
+			dir := filepath.Join("/sys/fs/cgroup", top)
+			if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err != nil {
+				continue
+			}
+			_, err := os.Stat(filepath.Join(dir, "memory.swap.peak"))
+			swapPeak = err == nil
+			_, err = os.Stat(filepath.Join(dir, "memory.zswap.writeback"))
+			zswapWriteback = err == nil
+		}
+	}
 	behavior, err := kubeletSwapBehavior(filepath.Join(clusterDir, "kubelet", "config.yaml"))
 	if err != nil {
 		return nil, err
@@ -252,6 +266,8 @@ func hostAttributes(clusterDir string, nodeLabels map[string]string) (map[resour
 		"kernelVersion":  fmt.Sprintf("%d.%d.%d", major, minor, patch),
 		"tmpfsNoswap":    strconv.FormatBool(major > 6 || major == 6 && minor >= 4),
 		"swapLimitExact": strconv.FormatBool(cgroupVersion == 2),
+		"swapPeak":       strconv.FormatBool(swapPeak),
+		"zswapWriteback": strconv.FormatBool(zswapWriteback),
 		"usable":         "true",
 	}
 	for _, label := range []string{"topology.kubernetes.io/zone", "topology.kubernetes.io/region", "kubernetes.io/hostname"} {

@@ -258,7 +258,6 @@ func TestContainerLimits(t *testing.T) {
 // offer: a claim larger than the offer waits (and runs once swap is added
 // on the node), two claims of 60% of it cannot both run.
 func TestSchedulingByCapacity(t *testing.T) {
-	hostLegOnly(t, "the scheduler's capacity accounting does not depend on the cgroup version")
 	c := loadCluster(t, checksOnNode("swap added on the node, after which the claim larger than the offer runs with its limit"))
 	ns := c.namespace(t)
 	offer := c.offer(t)
@@ -329,7 +328,6 @@ func (c *env) waitNoPods(t *testing.T, ns string) {
 
 // TestDeviceClassSelectors: CEL selectors over the published attributes.
 func TestDeviceClassSelectors(t *testing.T) {
-	hostLegOnly(t, "CEL selectors over the device's attributes do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.needSwap(t, 64*mi)
@@ -479,7 +477,6 @@ func TestPluginRestart(t *testing.T) {
 // for again): a killed container comes back with its limit, and deleting
 // the pod unprepares the claim as usual.
 func TestCheckpointLost(t *testing.T) {
-	hostLegOnly(t, "the checkpoint and the CDI specs do not depend on the cgroup version")
 	c := loadCluster(t, needsNode("corrupts the plugin's checkpoint on the node and kills a container's process there"))
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
@@ -608,7 +605,10 @@ func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version
 		t.Fatalf("container %s has no ID", container)
 	}
 	return c.findCgroup(t, fmt.Sprintf("container %s (%s) of pod %s", container, id, p.Name), func(name string) bool {
-		return name == id || name == "cri-containerd-"+id+".scope"
+		// runc under containerd (cgroupfs, systemd); crun under CRI-O
+		// (cgroupfs, systemd: the scope, which holds the process's
+		// "container" subgroup and bounds it).
+		return name == id || name == "cri-containerd-"+id+".scope" || name == "crio-"+id || name == "crio-"+id+".scope"
 	})
 }
 
@@ -652,7 +652,6 @@ func (c *env) findCgroup(t *testing.T, what string, match func(name string) bool
 // names it). A pod that asks for more swap devices than a node has waits,
 // and the controller says why.
 func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
-	hostLegOnly(t, "the controller's labels and the Downward API do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.needSwap(t, 64*mi+c.defaultRequest(t))

@@ -10,6 +10,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/nri"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
@@ -88,7 +89,7 @@ func NewMetrics() *Metrics {
 		}),
 		restored: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: "dra_swap", Name: "limit_restored_total",
-			Help: "Container swap limits found different from their claims' sum (rewritten by the kubelet, systemd or a person) and restored, by what found them: update (after a container update, through NRI), interval, nri-synchronize, start-up.", StabilityLevel: metrics.ALPHA,
+			Help: "Container swap limits found different from their claims' sum (rewritten by the kubelet, systemd or a person) and restored, by what found them: update (after a container update, through NRI), pod-update (after an update of the pod's own cgroup, through NRI), interval, nri-synchronize, start-up.", StabilityLevel: metrics.ALPHA,
 		}, []string{"trigger"}),
 		failed: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: "dra_swap", Name: "limit_restore_failures_total",
@@ -161,9 +162,11 @@ func NewMetrics() *Metrics {
 
 // limitTriggers are what makes the verifier look at the containers' swap
 // limits (limitcheck.Drift.Trigger): internal/kubeletplugin/limitcheck's
-// interval, internal/kubeletplugin/nri's update and nri-synchronize, Run's
-// start-up.
-func limitTriggers() []string { return []string{"interval", "update", "nri-synchronize", "start-up"} }
+// interval, internal/kubeletplugin/nri's update, pod-update and
+// nri-synchronize, Run's start-up.
+func limitTriggers() []string {
+	return []string{"interval", "update", nri.PodUpdateTrigger, "nri-synchronize", "start-up"}
+}
 
 // setPressure shows what the pressure monitor saw and which of its taints
 // are set.

@@ -74,6 +74,7 @@ func usableFacts() discovery.Facts {
 		CgroupVersion: 2,
 		SwapControl:   true,
 		KernelVersion: "6.1.0",
+		SwapPeak:      true,
 		SwapBehavior:  v1alpha1.SwapBehaviorNoSwap,
 		BootID:        "b",
 	}
@@ -125,8 +126,10 @@ func TestDevice(t *testing.T) {
 	if a := dev.Attributes["zswap"]; a.BoolValue == nil || !*a.BoolValue {
 		t.Errorf("zswap = %+v", a)
 	}
-	if a := dev.Attributes["tmpfsNoswap"]; a.BoolValue == nil || *a.BoolValue {
-		t.Errorf("tmpfsNoswap = %+v", a)
+	for name, v := range map[resourceapi.QualifiedName]bool{"tmpfsNoswap": false, "swapPeak": true, "zswapWriteback": false} {
+		if a := dev.Attributes[name]; a.BoolValue == nil || *a.BoolValue != v {
+			t.Errorf("%s = %+v, want %v", name, a, v)
+		}
 	}
 	if a := dev.Attributes["kernelVersion"]; a.VersionValue == nil || *a.VersionValue != "6.1.0" {
 		t.Errorf("kernelVersion = %+v", a)
