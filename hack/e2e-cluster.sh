@@ -201,7 +201,7 @@ conformance() {
 	set +e
 	unshare --mount --propagation private -- bash -c '
 		for d in "$1" /sys/fs/cgroup /var/log/pods; do
-			[ ! -d "$d" ] || mount -t tmpfs -o ro,size=64k e2e-conformance-hidden "$d" || exit 1
+			[ ! -d "$d" ] || mount -t tmpfs -o ro,size=64k e2e-conformance-hidden "$d" || { echo "e2e-cluster: cannot hide $d from the conformance suite" >&2; exit 1; }
 		done
 		exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$2" \
 			KUBECONFIG="$2/kubeconfig" E2E_SKIP_BUILD=1 E2E_CONFORMANCE_LOG="$2/e2e-conformance.log" \
