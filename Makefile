@@ -17,7 +17,7 @@ IMAGES_DIR ?= $(CURDIR)/_output/images
 VERSION_LDFLAGS := -X github.com/dra-driver-swap/dra-driver-swap/internal/version.version=$(VERSION) \
 	-X github.com/dra-driver-swap/dra-driver-swap/internal/version.revision=$(REVISION)
 
-GO_PACKAGES := ./api/... ./cmd/... ./internal/... ./test/monitoring/... ./test/docs/... ./test/manifest/...
+GO_PACKAGES := ./api/... ./cmd/... ./internal/... ./test/monitoring/... ./test/docs/... ./test/manifest/... ./test/e2e/cluster/... ./test/e2e/conformance/...
 # The image builder, dra-swap-images: a module of its own (go-containerregistry
 # and docker/cli stay out of the driver's go.mod); its unit tests run beside
 # the driver's.
@@ -29,7 +29,7 @@ IMAGES_MODULE := test/tools/images
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster e2e-crio demo demo-down verify lint fuzz bench bench-e2e bench-scale k8s-binaries helm manifests chart-docs deps clean unit-compile fmt-check
+.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster e2e-crio e2e-conformance conformance-docs demo demo-down verify lint fuzz bench bench-e2e bench-scale k8s-binaries helm manifests chart-docs deps clean unit-compile fmt-check
 
 all: build
 
@@ -46,8 +46,10 @@ image-tool:
 ## images: the driver's image dra-driver-swap:$(VERSION) and the e2e tests'
 ## images (pause:3.10, swap-workload:v1), as an OCI image layout in
 ## $(IMAGES_DIR); no Docker engine needed. The same sources give the same digests.
+## IMAGE_SET=test builds the tests' images only (driver: the driver's only).
+IMAGE_SET ?= all
 images: image-tool
-	$(OUT_DIR)/dra-swap-images build -out $(IMAGES_DIR) -version $(VERSION) -revision $(REVISION) -set all
+	$(OUT_DIR)/dra-swap-images build -out $(IMAGES_DIR) -version $(VERSION) -revision $(REVISION) -set $(IMAGE_SET)
 
 ## push: push the images of $(IMAGES_DIR) to REGISTRY (HOST[:PORT][/PATH]) as
 ## $(REGISTRY)/<name>:<tag>, with the docker config's credentials for
@@ -169,6 +171,20 @@ e2e-cluster:
 e2e-crio:
 	@mkdir -p _output
 	E2E_PHASES=guest GUEST_RUNTIME=crio hack/e2e-cluster.sh
+
+## e2e-conformance: the portable e2e suite against the cluster of
+## KUBECONFIG where the driver is installed, through the API only: what it
+## checks and what it skips, and why, is in docs/conformance.md
+## (hack/e2e-conformance.sh: E2E_WORKLOAD_IMAGE, E2E_NODE, E2E_RUN, ...).
+e2e-conformance:
+	@mkdir -p _output
+	KUBECONFIG="$(KUBECONFIG)" hack/e2e-conformance.sh
+
+## conformance-docs: docs/conformance.md's list of the conformance suite's
+## tests, from the suite's source (test/docs TestConformanceList fails
+## while it is stale; e2e.test -list-conformance prints it).
+conformance-docs:
+	UPDATE_GOLDEN=1 $(NOCGO) $(GO) test -count=1 -run '^TestConformanceList$$' ./test/docs/
 
 ## monitoring-check: every expression of the chart's PrometheusRule and
 ## dashboard through Prometheus's PromQL engine (test/tools/promql, a module

@@ -16,7 +16,12 @@
 # Three phases, one after another (the emulated guest must not share its
 # CPU with a running suite: see hack/test.sh):
 #   1. host   the suite, its pods pinned to this host's node, before the
-#             guest boots (the guest's name is known, its node is not there);
+#             guest boots (the guest's name is known, its node is not there):
+#             first the conformance suite (hack/e2e-conformance.sh), as a
+#             user runs it from elsewhere (as nobody, with a kubeconfig only,
+#             the cluster's state directory, cgroups and pod logs out of
+#             sight), then the rest (E2E_CONFORMANCE_RAN=1: the tests the
+#             conformance suite ran in full skip, the others run);
 #   2. guest  the guest boots, joins, and runs the same suite pinned to its
 #             node (tests that do not depend on the cgroup version skip
 #             there: hostLegOnly);
@@ -29,6 +34,7 @@
 #   E2E_PHASES        which phases run (default "host guest nodes"; the guest
 #                     boots for "guest" or "nodes")
 #   E2E_SKIP_BUILD=1  use what hack/e2e-build.sh and hack/guest/build.sh built
+#   E2E_CONFORMANCE=skip  no conformance pass: phase host runs the whole suite
 #   E2E_V2_TIMEOUT    seconds for the whole guest run (default 3600)
 #   GUEST_RUNTIME     the guest node's container runtime: containerd (with
 #                     runc, default) or crio (CRI-O with crun: the v2 node's
@@ -180,12 +186,64 @@ suite() {
 	return "$r"
 }
 
+# conformance LOG: the conformance suite, as a user runs it against a
+# cluster of theirs: hack/e2e-conformance.sh from a directory holding only
+# it, examples/ and the compiled suite, as nobody, with a kubeconfig that
+# embeds its certificates and nothing else of this cluster set, in a mount
+# namespace where this cluster's state directory, the cgroup tree and the
+# pod logs are empty, so that a test reading the node fails here.
+conformance() {
+	local log=$1 dir r=0 cluster_dir=${CLUSTER_DIR:-/var/lib/dra-swap-e2e}
+	dir=$(mktemp -d)
+	mkdir -p "$dir/repo/hack" "$dir/repo/_output" "$dir/repo/test/e2e"
+	cp hack/e2e-conformance.sh "$dir/repo/hack/"
+	cp -a examples "$dir/repo/"
+	cp _output/e2e.test "$dir/repo/_output/"
+	embed_files "$(sed -n 's/^KUBECONFIG=//p' "$cluster_dir/env")" > "$dir/kubeconfig"
+	chown -R 65534:65534 "$dir"
+	set +e
+	unshare --mount --propagation private -- bash -c '
+		for d in "$1" /sys/fs/cgroup /var/log/pods; do
+			[ ! -d "$d" ] || mount -t tmpfs -o ro,size=64k e2e-conformance-hidden "$d" || { echo "e2e-cluster: cannot hide $d from the conformance suite" >&2; exit 1; }
+		done
+		exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$2" \
+			KUBECONFIG="$2/kubeconfig" E2E_SKIP_BUILD=1 E2E_CONFORMANCE_LOG="$2/e2e-conformance.log" \
+			${E2E_RUN:+E2E_RUN="$E2E_RUN"} ${E2E_TIMEOUT_SCALE:+E2E_TIMEOUT_SCALE="$E2E_TIMEOUT_SCALE"} \
+			"$2/repo/hack/e2e-conformance.sh"' conformance "$cluster_dir" "$dir"
+	r=$?
+	set -e
+	cp "$dir/e2e-conformance.log" "$log" 2>/dev/null || echo "e2e-cluster: the conformance suite wrote no log" > "$log"
+	rm -rf "$dir"
+	return "$r"
+}
+
+# embed_files KUBECONFIG: the kubeconfig with the certificate and key files
+# it names (certificate-authority, client-certificate, client-key) put in
+# as data.
+embed_files() {
+	local line key
+	while IFS= read -r line; do
+		for key in certificate-authority client-certificate client-key; do
+			if [[ $line =~ $key:\ \"([^\"]+)\" ]]; then
+				line=${line/"$key: \"${BASH_REMATCH[1]}\""/"$key-data: \"$(base64 -w0 "${BASH_REMATCH[1]}")\""}
+			fi
+		done
+		printf '%s\n' "$line"
+	done < "$1"
+}
+
 if has_phase host; then
 	t=$SECONDS
 	echo "e2e-cluster: phase host: the suite on $host_node (cgroup v$( [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] && echo 2 || echo 1))"
+	ran_conformance=
+	if [ "${E2E_CONFORMANCE:-}" != skip ]; then
+		conformance _output/e2e-conformance.log || rc=1
+		echo "e2e-cluster: the conformance suite took $((SECONDS - t)) s ($([ "$rc" = 0 ] && echo ok || echo FAIL); full log: _output/e2e-conformance.log)"
+		ran_conformance=1
+	fi
 	# The series TestScrapeForRules scrapes, for make monitoring-check.
 	rm -f _output/scraped.prom
-	E2E_SCRAPE_OUT=$PWD/_output/scraped.prom suite _output/e2e.log -test.skip '^TestTwoNodes' ${E2E_RUN:+-test.run "$E2E_RUN"} || rc=1
+	E2E_CONFORMANCE_RAN=$ran_conformance E2E_SCRAPE_OUT=$PWD/_output/scraped.prom suite _output/e2e.log -test.skip '^TestTwoNodes' ${E2E_RUN:+-test.run "$E2E_RUN"} || rc=1
 	echo "e2e-cluster: phase host took $((SECONDS - t)) s ($([ "$rc" = 0 ] && echo ok || echo FAIL); full log: _output/e2e.log)"
 fi
 

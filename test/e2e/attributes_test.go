@@ -37,7 +37,7 @@ import (
 // few seconds; the test waits for the two to agree and, if they never do,
 // names every attribute that differs.
 func TestAttributesMatchHost(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("compares the published attributes with the node's own files (/proc/swaps, sysfs, the kubelet's configuration)"))
 	want := c.attributesMatchHost(t)
 	t.Logf("published attributes match the host: %v", want)
 }
@@ -47,7 +47,7 @@ func TestAttributesMatchHost(t *testing.T) {
 // zram device, then a loop device, which /proc/swaps lists as a partition
 // and whose disk's queue/rotational gives the medium.
 func TestAttributesMatchHostBlockDevices(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("makes zram and loop devices the node's swap areas"))
 	for _, tc := range []struct {
 		name   string
 		device func(t *testing.T) string

@@ -47,7 +47,7 @@ const (
 // template and its generated claim pass config.dra.swap, failurePolicy
 // Fail) and gets its node's labels by the time its container starts.
 func TestControllerUnderFlood(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("floods the driver's controller replicas with forged admission reviews"))
 	ns := c.namespace(t)
 	ctx := context.Background()
 	_, dep := c.driverWorkloads(t)

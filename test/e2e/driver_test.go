@@ -16,13 +16,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 
-// The driver as hack/cluster/driver.sh installs it with helm.
+// The driver as hack/cluster/driver.sh installs it with helm. The tests
+// that the conformance suite runs use c.DriverNamespace, the namespace
+// they found the driver in.
 const (
-	driverNamespace = "dra-swap"
+	driverNamespace = cluster.DefaultDriverNamespace
 	driverRelease   = "dra-driver-swap"
 )
 
@@ -31,16 +34,17 @@ const (
 func (c *env) driverWorkloads(t *testing.T) (*appsv1.DaemonSet, *appsv1.Deployment) {
 	t.Helper()
 	ctx := context.Background()
-	dss, err := c.client.AppsV1().DaemonSets(driverNamespace).List(ctx, metav1.ListOptions{})
+	chart := metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=dra-driver-swap"}
+	dss, err := c.client.AppsV1().DaemonSets(c.DriverNamespace).List(ctx, chart)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps, err := c.client.AppsV1().Deployments(driverNamespace).List(ctx, metav1.ListOptions{})
+	deps, err := c.client.AppsV1().Deployments(c.DriverNamespace).List(ctx, chart)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(dss.Items) != 1 || len(deps.Items) != 1 {
-		t.Fatalf("namespace %s: want one DaemonSet and one Deployment of the chart, got %d and %d", driverNamespace, len(dss.Items), len(deps.Items))
+		t.Fatalf("namespace %s: want one DaemonSet and one Deployment of the chart, got %d and %d", c.DriverNamespace, len(dss.Items), len(deps.Items))
 	}
 	return &dss.Items[0], &deps.Items[0]
 }
@@ -63,7 +67,7 @@ func (c *env) pluginPodsOn(t *testing.T, node string) []corev1.Pod {
 // selector, if given), oldest first.
 func (c *env) podsOf(t *testing.T, selector string, fieldSelector ...string) []corev1.Pod {
 	t.Helper()
-	list, err := c.client.CoreV1().Pods(driverNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector, FieldSelector: strings.Join(fieldSelector, ",")})
+	list, err := c.client.CoreV1().Pods(c.DriverNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector, FieldSelector: strings.Join(fieldSelector, ",")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +94,7 @@ func (c *env) restartPlugin(t *testing.T) {
 	if len(old) != 1 {
 		t.Fatalf("want one kubelet plugin pod, got %d", len(old))
 	}
-	if err := c.client.CoreV1().Pods(driverNamespace).Delete(context.Background(), old[0].Name, metav1.DeleteOptions{}); err != nil {
+	if err := c.client.CoreV1().Pods(c.DriverNamespace).Delete(context.Background(), old[0].Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c.waitPluginReady(t, func(p *corev1.Pod) bool { return p.UID != old[0].UID })
@@ -128,6 +132,7 @@ func (c *env) driverScript(t *testing.T, args ...string) string {
 // helm runs the helm binary the cluster scripts use, on the cluster.
 func (c *env) helm(t *testing.T, args ...string) string {
 	t.Helper()
+	c.requireNode(t, "helm with the cluster's files")
 	bin := filepath.Join(c.repoRoot, "_output", "bin", "helm")
 	cmd := exec.Command(bin, append(args, "--namespace", driverNamespace)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Env["KUBECONFIG"])
@@ -144,7 +149,7 @@ func (c *env) helm(t *testing.T, args ...string) string {
 func (c *env) driverDiagnostics() string {
 	ctx := context.Background()
 	var b strings.Builder
-	pods, err := c.client.CoreV1().Pods(driverNamespace).List(ctx, metav1.ListOptions{})
+	pods, err := c.client.CoreV1().Pods(c.DriverNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Sprintf("list driver pods: %v", err)
 	}
@@ -171,12 +176,12 @@ func (c *env) driverDiagnostics() string {
 		var status string
 		switch kind {
 		case "DaemonSet":
-			list, _ := c.client.AppsV1().DaemonSets(driverNamespace).List(ctx, metav1.ListOptions{})
+			list, _ := c.client.AppsV1().DaemonSets(c.DriverNamespace).List(ctx, metav1.ListOptions{})
 			for _, d := range list.Items {
 				status += fmt.Sprintf("%s: desired %d, updated %d, ready %d, available %d; ", d.Name, d.Status.DesiredNumberScheduled, d.Status.UpdatedNumberScheduled, d.Status.NumberReady, d.Status.NumberAvailable)
 			}
 		case "Deployment":
-			list, _ := c.client.AppsV1().Deployments(driverNamespace).List(ctx, metav1.ListOptions{})
+			list, _ := c.client.AppsV1().Deployments(c.DriverNamespace).List(ctx, metav1.ListOptions{})
 			for _, d := range list.Items {
 				status += fmt.Sprintf("%s: replicas %d, updated %d, ready %d, available %d; ", d.Name, d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.ReadyReplicas, d.Status.AvailableReplicas)
 			}
@@ -189,6 +194,13 @@ func (c *env) driverDiagnostics() string {
 // containerLogTail reads a container's log files on the node (all
 // restarts), the last n lines.
 func (c *env) containerLogTail(p *corev1.Pod, container string, n int) string {
+	if c.Portable {
+		data, err := c.client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: container, TailLines: ptr.To(int64(n))}).DoRaw(context.Background())
+		if err != nil {
+			return fmt.Sprintf("(logs: %v)", err)
+		}
+		return strings.TrimRight(string(data), "\n")
+	}
 	files := c.ContainerLogFiles(p, container)
 	if len(files) == 0 {
 		return "(no log files)"
@@ -206,12 +218,12 @@ func (c *env) scaleController(t *testing.T, replicas int32) {
 	t.Helper()
 	ctx := context.Background()
 	_, dep := c.driverWorkloads(t)
-	scale, err := c.client.AppsV1().Deployments(driverNamespace).GetScale(ctx, dep.Name, metav1.GetOptions{})
+	scale, err := c.client.AppsV1().Deployments(c.DriverNamespace).GetScale(ctx, dep.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	scale.Spec.Replicas = replicas
-	if _, err := c.client.AppsV1().Deployments(driverNamespace).UpdateScale(ctx, dep.Name, scale, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.client.AppsV1().Deployments(c.DriverNamespace).UpdateScale(ctx, dep.Name, scale, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	selector := metav1.FormatLabelSelector(dep.Spec.Selector)
@@ -226,7 +238,7 @@ func (c *env) scaleController(t *testing.T, replicas int32) {
 				ready++
 			}
 		}
-		d, err := c.client.AppsV1().Deployments(driverNamespace).Get(ctx, dep.Name, metav1.GetOptions{})
+		d, err := c.client.AppsV1().Deployments(c.DriverNamespace).Get(ctx, dep.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -252,8 +264,8 @@ func (c *env) waitWebhookServing(t *testing.T) {
 	var last error
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, podTimeout, true, func(ctx context.Context) (bool, error) {
-		_, last = c.client.ResourceV1().ResourceClaims(driverNamespace).Create(ctx,
-			configClaim(driverNamespace, "webhook-probe", validSwapConfig), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, last = c.client.ResourceV1().ResourceClaims(c.DriverNamespace).Create(ctx,
+			configClaim(c.DriverNamespace, "webhook-probe", validSwapConfig), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return last == nil, nil
 	})
 	if err != nil {

@@ -38,6 +38,7 @@ var (
 func TestSwapClaimPreventsOOM(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
+	c.needSwap(t, 300*mi)
 	c.swapTemplate(t, ns, "swap-300", "", 300*mi)
 
 	with := c.createPod(t, c.WorkloadPod(ns, "with-claim", map[string]string{"swap": "swap-300"},
@@ -120,6 +121,7 @@ func assertSwapLimit(t *testing.T, r result, want int64) {
 func TestQoSClasses(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
+	c.needSwap(t, 300*mi)
 	c.swapTemplate(t, ns, "swap-300", "", 300*mi)
 
 	guaranteed := c.createPod(t, c.WorkloadPod(ns, "guaranteed", map[string]string{"swap": "swap-300"},
@@ -222,6 +224,7 @@ func (c *env) cgroupVersion(t *testing.T) int {
 func TestContainerLimits(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
+	c.needSwap(t, 600*mi)
 	c.swapTemplate(t, ns, "swap-100", "", 100*mi)
 	c.swapTemplate(t, ns, "swap-200", "", 200*mi)
 
@@ -251,9 +254,11 @@ func TestContainerLimits(t *testing.T) {
 	assertSwapLimit(t, c.report(t, sum, "both", "START"), 300*mi)
 }
 
-// TestSchedulingByCapacity: the scheduler places swap by the node's offer.
+// TestSchedulingByCapacity: the scheduler places swap by the node's
+// offer: a claim larger than the offer waits (and runs once swap is added
+// on the node), two claims of 60% of it cannot both run.
 func TestSchedulingByCapacity(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, checksOnNode("swap added on the node, after which the claim larger than the offer runs with its limit"))
 	ns := c.namespace(t)
 	offer := c.offer(t)
 
@@ -264,22 +269,25 @@ func TestSchedulingByCapacity(t *testing.T) {
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}))
 	c.assertUnschedulable(t, big, "cannot allocate all claims")
 
-	c.script(t, "swap.sh", "add", "e2e-extra", "512")
-	t.Cleanup(func() {
-		c.deleteNamespace(t, ns)
-		c.waitNoPods(t, ns)
-		c.script(t, "swap.sh", "remove", "e2e-extra")
-	})
-	c.waitOffer(t, "grow by 512Mi", func(o int64) bool { return o >= offer+512*mi })
-	big = c.waitPod(t, ns, big.Name, "completion after swap was added", podTimeout, finished)
-	if big.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("phase %s", big.Status.Phase)
+	if c.onNode(t) {
+		c.script(t, "swap.sh", "add", "e2e-extra", "512")
+		t.Cleanup(func() {
+			c.deleteNamespace(t, ns)
+			c.waitNoPods(t, ns)
+			c.script(t, "swap.sh", "remove", "e2e-extra")
+		})
+		c.waitOffer(t, "grow by 512Mi", func(o int64) bool { return o >= offer+512*mi })
+		big = c.waitPod(t, ns, big.Name, "completion after swap was added", podTimeout, finished)
+		if big.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("phase %s", big.Status.Phase)
+		}
+		assertSwapLimit(t, c.report(t, big, "worker", "START"), offer+256*mi)
 	}
-	assertSwapLimit(t, c.report(t, big, "worker", "START"), offer+256*mi)
 
 	// Two pods whose claims together exceed the offer cannot both run.
 	now := c.offer(t)
 	share := (now * 6 / 10) / mi * mi
+	c.needSwap(t, share)
 	c.swapTemplate(t, ns, "sixty-percent", "", share)
 	first := c.createPod(t, c.WorkloadPod(ns, "first", map[string]string{"swap": "sixty-percent"},
 		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 600}))
@@ -322,6 +330,7 @@ func (c *env) waitNoPods(t *testing.T, ns string) {
 func TestDeviceClassSelectors(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
+	c.needSwap(t, 64*mi)
 	dev := c.swapDevice(t)
 	str := func(name resourceapi.QualifiedName) string {
 		if a := dev.Attributes[name]; a.StringValue != nil {
@@ -330,15 +339,21 @@ func TestDeviceClassSelectors(t *testing.T) {
 		t.Fatalf("attribute %s is not published", name)
 		return ""
 	}
-	medium, behavior, zone := str("medium"), str("swapBehavior"), str("topology.kubernetes.io/zone")
+	medium, behavior := str("medium"), str("swapBehavior")
+	// This repository's nodes have a zone; a node elsewhere may have none,
+	// and then its device no zone attribute.
+	zone := ""
+	if _, ok := dev.Attributes["topology.kubernetes.io/zone"]; ok || !c.Portable {
+		zone = fmt.Sprintf(` && device.attributes["topology.kubernetes.io"].zone == %q`, str("topology.kubernetes.io/zone"))
+	}
 	other := "hdd"
 	if medium == "hdd" {
 		other = "ssd"
 	}
 	wrong := c.deviceClass(t, ns+"-wrong", fmt.Sprintf(`device.driver == "dra.swap" && device.attributes["dra.swap"].medium == %q`, other))
 	right := c.deviceClass(t, ns+"-right", fmt.Sprintf(`device.driver == "dra.swap" && device.attributes["dra.swap"].medium == %q && `+
-		`device.attributes["dra.swap"].cgroupVersion == %d && device.attributes["dra.swap"].swapBehavior == %q && `+
-		`device.attributes["topology.kubernetes.io"].zone == %q && device.attributes["dra.swap"].kernelVersion.isGreaterThan(semver("4.0.0"))`,
+		`device.attributes["dra.swap"].cgroupVersion == %d && device.attributes["dra.swap"].swapBehavior == %q%s && `+
+		`device.attributes["dra.swap"].kernelVersion.isGreaterThan(semver("4.0.0"))`,
 		medium, c.cgroupVersion(t), behavior, zone))
 
 	c.swapTemplate(t, ns, "wrong", wrong, 64*mi)
@@ -373,7 +388,7 @@ func (c *env) deviceClass(t *testing.T, name, expr string) string {
 
 // TestUnprepareCleansUp: deleting the pods unprepares their claims.
 func TestUnprepareCleansUp(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("reads the claim's CDI spec and the plugin's checkpoint on the node"))
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
 	// The claim of a finished pod is deleted at once: look while it runs.
@@ -417,6 +432,7 @@ func (c *env) specExists(uid string) bool {
 }
 
 func (c *env) checkpointHas(t *testing.T, uid string) bool {
+	c.requireNode(t, "the plugin's checkpoint")
 	data, err := os.ReadFile(filepath.Join(c.dir, "kubelet", "plugins", "dra.swap", "checkpoint.json"))
 	if err != nil {
 		t.Fatalf("read checkpoint: %v", err)
@@ -427,7 +443,7 @@ func (c *env) checkpointHas(t *testing.T, uid string) bool {
 // TestPluginRestart: restarting the kubelet plugin changes nothing for
 // running pods, and new pods still get swap.
 func TestPluginRestart(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("reads the running container's cgroup on the node across the plugin's restart"))
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-128", "", 128*mi)
 	const before = 128 * mi
@@ -461,7 +477,7 @@ func TestPluginRestart(t *testing.T) {
 // for again): a killed container comes back with its limit, and deleting
 // the pod unprepares the claim as usual.
 func TestCheckpointLost(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("corrupts the plugin's checkpoint on the node and kills a container's process there"))
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
 	const limit = 96 * mi
@@ -545,6 +561,7 @@ func TestCheckpointLost(t *testing.T) {
 // restartReport waits for the START line of a container's latest run.
 func (c *env) restartReport(t *testing.T, p *corev1.Pod, container string) result {
 	t.Helper()
+	c.requireNode(t, "a container's log file of an earlier run")
 	var run int32
 	for _, s := range p.Status.ContainerStatuses {
 		if s.Name == container {
@@ -599,6 +616,7 @@ func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version
 // directory whose name matches; what names it in the failure.
 func (c *env) findCgroup(t *testing.T, what string, match func(name string) bool) (version int, root, group string) {
 	t.Helper()
+	c.requireNode(t, "the cgroup tree")
 	version = c.cgroupVersion(t)
 	root = "/sys/fs/cgroup"
 	hierarchy := root
@@ -636,6 +654,7 @@ func (c *env) findCgroup(t *testing.T, what string, match func(name string) bool
 func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
+	c.needSwap(t, 64*mi+c.defaultRequest(t))
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)
 	node, err := c.Client.CoreV1().Nodes().Get(context.Background(), c.Node, metav1.GetOptions{})
 	if err != nil {
@@ -645,7 +664,7 @@ func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
 	if wantBehavior == "" {
 		t.Fatalf("node %s has no node.kubernetes.io/swap-behavior label: %v", c.Node, node.Labels)
 	}
-	const extended = "deviceclass.resource.kubernetes.io/dra.swap"
+	extended := corev1.ResourceName("deviceclass.resource.kubernetes.io/" + c.DeviceClass)
 	fromLabel := func(name, label string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + label + "']"}}}
 	}
@@ -681,7 +700,7 @@ func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
 		t.Logf("pod %s at container start: %v", pod.Name, r.Downward)
 	}
 	c.waitEvent(t, waits, corev1.EventTypeWarning, "SwapUnavailable",
-		"Swap extended resource "+extended+": 2 (each node has one swap device, so only 1 can be allocated)")
+		"Swap extended resource "+string(extended)+": 2 (each node has one swap device, so only 1 can be allocated)")
 }
 
 // TestSwapConfigKnobs applies each SwapConfig knob the node's cgroup
@@ -691,6 +710,7 @@ func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
 func TestSwapConfigKnobs(t *testing.T) {
 	c := loadCluster(t)
 	ns := c.namespace(t)
+	c.needSwap(t, 400*mi)
 	type knob struct {
 		name   string
 		config string
@@ -708,7 +728,7 @@ func TestSwapConfigKnobs(t *testing.T) {
 		knobs = []knob{{name: "swappiness", config: `"swappiness":10`, files: map[string]string{"memory.swappiness": "10"}}}
 	}
 	for _, k := range knobs {
-		tmpl := cluster.SwapTemplate(ns, k.name, "", 200*mi)
+		tmpl := cluster.SwapTemplate(ns, k.name, c.DeviceClass, 200*mi)
 		tmpl.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
 			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{
 				Raw: []byte(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig",` + k.config + `}`)}},

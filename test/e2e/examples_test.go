@@ -73,6 +73,10 @@ var examples = map[string]example{
 // on this node. A file without an expectation here fails the test.
 func TestExamples(t *testing.T) {
 	c := loadCluster(t)
+	if c.DeviceClass != "dra.swap" {
+		t.Skipf("the examples name the chart's DeviceClass dra.swap; the suite's class is %s", c.DeviceClass)
+	}
+	c.needSwap(t, largestExample())
 	dir := filepath.Join(c.repoRoot, "examples")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -131,6 +135,22 @@ func TestExamples(t *testing.T) {
 	}
 }
 
+// largestExample is the most swap one example claims at once (the sum
+// over its containers).
+func largestExample() int64 {
+	var most int64
+	for _, ex := range examples {
+		var sum int64
+		for _, containers := range ex.pods {
+			for _, k := range containers {
+				sum += k.swap
+			}
+		}
+		most = max(most, sum)
+	}
+	return most
+}
+
 // readExample decodes every YAML document of a file.
 func readExample(t *testing.T, path string) []*unstructured.Unstructured {
 	t.Helper()
@@ -186,7 +206,8 @@ func (c *env) applyExample(t *testing.T, resources *manifest.Resources, ns strin
 // registry, and the workload image reports the container's cgroup limits,
 // environment and Downward API variables), and a pod without a
 // nodeSelector is pinned to this suite's node, as WorkloadPod pins the
-// suite's pods.
+// suite's pods; in the conformance suite it becomes a pod for any cluster
+// as WorkloadPod's are (ForAnyCluster).
 func (c *env) examplePodForCluster(t *testing.T, obj *unstructured.Unstructured) *unstructured.Unstructured {
 	t.Helper()
 	var pod corev1.Pod
@@ -202,6 +223,7 @@ func (c *env) examplePodForCluster(t *testing.T, obj *unstructured.Unstructured)
 	if pod.Spec.NodeSelector == nil {
 		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: c.node}
 	}
+	c.ForAnyCluster(&pod)
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pod)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,13 @@
 // Package e2e tests the driver on a real single-node cluster (kube-apiserver,
 // kube-scheduler, kube-controller-manager, kubelet, containerd, runc and the
 // kernel's cgroups) brought up by hack/cluster/up.sh. Run with `make e2e`.
+//
+// With E2E_CONFORMANCE=1 it is the conformance suite instead (`make
+// e2e-conformance`, docs/conformance.md): against any cluster where the
+// driver is installed, given KUBECONFIG, through the API and what its pods
+// see of their own cgroups only. Each test says what more it needs when it
+// loads the cluster (loadCluster's options); the conformance suite skips
+// the tests that need the node or this repository's cluster.
 package e2e
 
 import (
@@ -10,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/conformance"
 )
 
 const mi = int64(1) << 20
@@ -36,6 +46,36 @@ type env struct {
 	node     string
 	repoRoot string
 	cgroupV  int // see cgroupVersion
+	// nodeAccess: the suite reads the node's files (this repository's
+	// cluster), which the conformance suite cannot.
+	nodeAccess bool
+	// nodeChecks is what the test declared with checksOnNode.
+	nodeChecks []string
+}
+
+// requirement is what a test needs beyond the API and what its pods see
+// of their own cgroups, an option of loadCluster; the conformance suite
+// and its list (e2e.test -list-conformance, docs/conformance.md) read them.
+// Their texts must be string literals: the list is read from the source.
+type requirement = conformance.Requirement
+
+// needsNode: the test reads or writes the node's files or runs programs
+// there; the conformance suite skips it, saying why.
+func needsNode(why string) requirement {
+	return requirement{Kind: conformance.NodeAccess, Text: why}
+}
+
+// needsOurCluster: the test needs this repository's e2e cluster (its
+// scripts, helm release, registry or second node) or changes the driver's
+// installation; the conformance suite skips it, saying why.
+func needsOurCluster(why string) requirement {
+	return requirement{Kind: conformance.OurCluster, Text: why}
+}
+
+// checksOnNode: the test runs in the conformance suite, without the
+// checks that read the node (what), which it makes under `if c.onNode(t)`.
+func checksOnNode(what string) requirement {
+	return requirement{Kind: conformance.NodeChecks, Text: what}
 }
 
 // guestTests are the tests that the emulated cgroup v2 node runs, each
@@ -63,17 +103,66 @@ var guestTests = map[string]string{
 	"TestHelmTest":                    "helm test's probes read a v2 cgroup's swap limit (and it checks both nodes)",
 }
 
-func loadCluster(t *testing.T) *env {
+// loadCluster connects a test to the cluster: this repository's (the
+// env file of hack/cluster/up.sh), or in the conformance suite the one of
+// KUBECONFIG, where a test with a requirement that needs more is skipped.
+// A test without a requirement needs only the API and what its pods see of
+// their own cgroups; with E2E_CONFORMANCE_RAN=1 (hack/e2e-cluster.sh, after
+// the conformance suite ran on the same node) it is skipped here.
+func loadCluster(t *testing.T, reqs ...requirement) *env {
 	t.Helper()
 	if top, _, _ := strings.Cut(t.Name(), "/"); cluster.Emulated() && guestTests[top] == "" {
 		t.Skipf("runs on this host's node only: nothing it tests differs on the emulated v2 node (guestTests), where it would take minutes")
+	}
+	var checks []string
+	for _, r := range reqs {
+		if why := r.Skip(); why != "" && cluster.Portable() {
+			t.Skip("conformance suite: " + why)
+		}
+		if r.Kind == conformance.NodeChecks {
+			checks = append(checks, r.Text)
+		}
+	}
+	wd, _ := os.Getwd()
+	repoRoot := filepath.Join(wd, "..", "..")
+	if cluster.Portable() {
+		c, err := cluster.LoadPortable(context.Background())
+		if err != nil {
+			t.Fatalf("conformance suite: %v", err)
+		}
+		t.Logf("conformance suite: node %s, DeviceClass %s, the driver in namespace %s (image %s), workload image %s",
+			c.Chosen, c.DeviceClass, c.DriverNamespace, c.DriverImage, c.WorkloadImage())
+		return &env{Cluster: c, client: c.Client, node: c.Node, repoRoot: repoRoot, nodeChecks: checks}
+	}
+	if len(reqs) == 0 && os.Getenv("E2E_CONFORMANCE_RAN") == "1" {
+		t.Skip("ran in the conformance suite's pass on this node (E2E_CONFORMANCE_RAN=1)")
 	}
 	c, err := cluster.Load("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wd, _ := os.Getwd()
-	return &env{Cluster: c, client: c.Client, dir: c.Dir, node: c.Node, repoRoot: filepath.Join(wd, "..", "..")}
+	return &env{Cluster: c, client: c.Client, dir: c.Dir, node: c.Node, repoRoot: repoRoot, nodeAccess: true, nodeChecks: checks}
+}
+
+// onNode reports whether the test may make the checks it declared with
+// checksOnNode: not in the conformance suite, which leaves them out.
+func (c *env) onNode(t *testing.T) bool {
+	t.Helper()
+	if len(c.nodeChecks) == 0 {
+		t.Fatal("onNode in a test that declares no checksOnNode(what) when it loads the cluster: the conformance list would not say what it leaves out")
+	}
+	return c.nodeAccess
+}
+
+// requireNode fails a test that reads the node (what) where the suite
+// cannot: in the conformance suite, a test must declare it (needsNode, or
+// checksOnNode and `if c.onNode(t)`).
+func (c *env) requireNode(t *testing.T, what string) {
+	t.Helper()
+	if !c.nodeAccess {
+		t.Fatalf("%s reads %s on the node, which the conformance suite cannot: load the cluster with needsNode(why), "+
+			"or declare checksOnNode(what) and read it under `if c.onNode(t)`", t.Name(), what)
+	}
 }
 
 // runtime is the node's container runtime as the cluster scripts name it
@@ -112,6 +201,11 @@ func (c *env) namespace(t *testing.T) string {
 		}
 		c.deleteNamespace(t, name)
 	})
+	if c.Portable {
+		if err := c.CopyPullSecrets(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return name
 }
 
@@ -146,6 +240,10 @@ func (c *env) diagnose(t *testing.T, ns string) {
 		fmt.Fprintf(&b, "claim %s: %s\n", cl.Name, status)
 	}
 	b.WriteString(c.driverDiagnostics())
+	if !c.nodeAccess {
+		t.Log("diagnostics:\n" + b.String())
+		return
+	}
 	logs := filepath.Join(c.dir, "logs")
 	// The scheduler runs with the control plane, which may be elsewhere
 	// (the v2 leg's is on the host; the guest reads its logs over 9p).
@@ -206,9 +304,12 @@ func grepTail(path, s string, n int) string {
 }
 
 // swapTemplate creates a ResourceClaimTemplate asking for bytes of swap
-// from class (dra.swap when empty).
+// from class (the suite's DeviceClass, dra.swap, when empty).
 func (c *env) swapTemplate(t *testing.T, ns, name, class string, bytes int64) {
 	t.Helper()
+	if class == "" {
+		class = c.DeviceClass
+	}
 	if _, err := c.client.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), cluster.SwapTemplate(ns, name, class, bytes), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -243,14 +344,22 @@ func (c *env) createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
 func (c *env) waitPod(t *testing.T, ns, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var last *corev1.Pod
+	var pull string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		p, err := c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		last = p
+		if pull = imagePullFailure(p); pull != "" && c.Portable {
+			return true, nil
+		}
 		return cond(p), nil
 	})
+	if err == nil && pull != "" && c.Portable {
+		t.Fatalf("pod %s/%s cannot pull its image: %s. The conformance suite's workload image is %s (%s); "+
+			"push it there with `make images push REGISTRY=...` or name another", ns, name, pull, c.WorkloadImage(), cluster.EnvWorkloadImage)
+	}
 	if err != nil {
 		phase := "<none>"
 		if last != nil {
@@ -259,6 +368,17 @@ func (c *env) waitPod(t *testing.T, ns, name, what string, timeout time.Duration
 		t.Fatalf("pod %s/%s: waiting for %s: %v (phase %s)", ns, name, what, err, phase)
 	}
 	return last
+}
+
+// imagePullFailure says why a container of the pod cannot pull its image
+// ("" while none fails to).
+func imagePullFailure(p *corev1.Pod) string {
+	for _, s := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+		if w := s.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff" || w.Reason == "InvalidImageName") {
+			return fmt.Sprintf("container %s: %s: %s", s.Name, w.Reason, w.Message)
+		}
+	}
+	return ""
 }
 
 var finished = cluster.Finished
@@ -273,10 +393,14 @@ type result = cluster.Result
 func (c *env) report(t *testing.T, p *corev1.Pod, container, kind string) result {
 	t.Helper()
 	var r result
-	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, cluster.Scaled(30*time.Second), true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, cluster.Scaled(30*time.Second), true, func(ctx context.Context) (bool, error) {
 		var ok bool
 		var err error
-		r, ok, err = c.Report(p, container, kind)
+		if c.Portable {
+			r, ok, err = c.LogReport(ctx, p, container, kind)
+		} else {
+			r, ok, err = c.Report(p, container, kind)
+		}
 		return ok, err
 	})
 	if err != nil {
@@ -288,6 +412,7 @@ func (c *env) report(t *testing.T, p *corev1.Pod, container, kind string) result
 // script runs one of the cluster scripts (hack/cluster/NAME args...).
 func (c *env) script(t *testing.T, name string, args ...string) string {
 	t.Helper()
+	c.requireNode(t, "hack/cluster/"+name)
 	cmd := exec.Command(filepath.Join(c.repoRoot, "hack", "cluster", name), args...)
 	cmd.Env = append(os.Environ(), "CLUSTER_DIR="+c.dir)
 	out, err := cmd.CombinedOutput()
@@ -330,4 +455,43 @@ func (c *env) waitOffer(t *testing.T, what string, cond func(int64) bool) int64 
 		t.Fatalf("waiting for the offer to %s: %v (last %d)", what, err, got)
 	}
 	return got
+}
+
+// needSwap: the test is about to claim bytes of swap on the node at once.
+// In the conformance suite, on a cluster whose sizes it does not know, it
+// waits (a minute at most) until the node's device has that much that no
+// claim holds (an earlier test's claims go with its namespace), else skips
+// the test, saying so. On this repository's cluster the sizes are known.
+func (c *env) needSwap(t *testing.T, bytes int64) {
+	t.Helper()
+	if !c.Portable {
+		return
+	}
+	var free int64
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, cluster.Scaled(time.Minute), true, func(ctx context.Context) (bool, error) {
+		var err error
+		free, err = cluster.Unallocated(ctx, c.client, c.node)
+		return err == nil && free >= bytes, err
+	})
+	if err != nil {
+		t.Skipf("conformance suite: the test claims %s of swap at once; node %s has %s that no claim holds (%v)",
+			resource.NewQuantity(bytes, resource.BinarySI), c.node, resource.NewQuantity(free, resource.BinarySI), err)
+	}
+}
+
+// defaultRequest is the swap a claim gets from the node's device when its
+// request names none (an extended-resource request): the device's
+// request policy, as the plugin publishes it (its --default-request,
+// capped at the offer).
+func (c *env) defaultRequest(t *testing.T) int64 {
+	t.Helper()
+	dev := c.swapDevice(t)
+	if dev == nil {
+		t.Fatal("the node publishes no swap device")
+	}
+	policy := dev.Capacity["swap"].RequestPolicy
+	if policy == nil || policy.Default == nil {
+		t.Fatalf("the node's swap device has no default request: %+v", dev.Capacity["swap"])
+	}
+	return policy.Default.Value()
 }

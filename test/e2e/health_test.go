@@ -24,7 +24,7 @@ import (
 // swap comes back than the claim holds; Healthy again once the node's own
 // swap is back.
 func TestDeviceHealth(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("turns the node's swap areas off and on"))
 	ns := c.namespace(t)
 	const area, extra = "swapfile-1", "e2e-health"
 	areaMiB := c.clusterSwapMiB(t, area)

@@ -61,7 +61,7 @@ func (c *env) helmTest(t *testing.T) (string, bool) {
 // configuration, and prints the node's PASS line with what its probes
 // saw. In the guest phase it checks both nodes (the host's is quick).
 func TestHelmTest(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("runs helm test on this repository's release of the chart"))
 	out, failed := c.helmTest(t)
 	if failed {
 		t.Fatalf("helm test failed on a working cluster")
@@ -79,7 +79,7 @@ func TestHelmTest(t *testing.T) {
 // it. The hook is put back afterwards (the plugin installs it only at
 // start-up).
 func TestHelmTestHookMissing(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("removes the hook binary from the node's hookDir"))
 	hook := filepath.Join(c.dir, "bin", "dra-swap-hook")
 	moved := hook + ".moved-by-e2e"
 	if err := os.Rename(hook, moved); err != nil {

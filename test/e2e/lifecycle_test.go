@@ -116,7 +116,7 @@ func (s *startTimes) latency(name string) (time.Duration, bool) {
 // of them gets its limit without waiting out a kubelet retry, a running
 // pod keeps its limit, and its claim unprepares cleanly afterwards.
 func TestUpgradeUnderLoad(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("upgrades the cluster's helm release to an image of the same code with another version label"))
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
 	const before = 96 * mi
@@ -306,7 +306,7 @@ func (c *env) releaseObjects(t *testing.T) []chartObject {
 // claims stay on the node, where a reinstall picks them up and unprepares
 // them when their pods go.
 func TestUninstallAndReinstall(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("uninstalls and reinstalls the cluster's helm release"))
 	ns := c.namespace(t)
 	ctx := context.Background()
 	c.swapTemplate(t, ns, "swap-80", "", 80*mi)
@@ -474,7 +474,7 @@ func TestPluginSlicesOwnNodeOnly(t *testing.T) {
 		if bound {
 			req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: plugin.Name, UID: plugin.UID}
 		}
-		tr, err := c.client.CoreV1().ServiceAccounts(driverNamespace).CreateToken(ctx, plugin.Spec.ServiceAccountName, req, metav1.CreateOptions{})
+		tr, err := c.client.CoreV1().ServiceAccounts(c.DriverNamespace).CreateToken(ctx, plugin.Spec.ServiceAccountName, req, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -539,7 +539,7 @@ func TestPluginSlicesOwnNodeOnly(t *testing.T) {
 // not; once the controller is back, the reconciler labels the pod bound
 // without the webhook, and invalid config is refused with the reason.
 func TestControllerDown(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("scales the driver's controller to 0, which a cluster in use must not see"))
 	ns := c.namespace(t)
 	ctx := context.Background()
 	_, dep := c.driverWorkloads(t)

@@ -37,7 +37,7 @@ import (
 // (PostUpdateContainer), counted with trigger "update" and reported in a
 // SwapLimitRestored event.
 func TestLimitsHoldAfterResize(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("reads the container's cgroup on the node every millisecond while it is resized"))
 	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	const want = 100 * mi
@@ -137,7 +137,7 @@ func resized(mem, cpu string) func(*corev1.Pod) bool {
 // on the node; the verifier finds it on its next pass, writes the claim's
 // value back, counts it and says so on the pod.
 func TestLimitRestoredAfterHandWrite(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("writes the container's swap limit by hand on the node"))
 	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	const want = 80 * mi
@@ -330,7 +330,7 @@ func (c *env) logLimitCounters(t *testing.T) {
 // the verifier write it), and a reload that writes the property back is
 // the verifier's to restore.
 func TestDaemonReload(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("runs systemctl daemon-reload on the node"))
 	if c.Env["CGROUP_DRIVER"] != "systemd" {
 		t.Skip("the systemd cgroup driver runs on the v2 leg; this node uses " + c.Env["CGROUP_DRIVER"])
 	}
@@ -396,7 +396,7 @@ const podResetBound = time.Second
 // until the verifier's next pass: up to 10 s, under the bound by chance
 // one time in ten).
 func TestPodLevelResize(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("reads the pod's slice on the node every millisecond while the pod is resized"))
 	if c.Env["CGROUP_DRIVER"] != "systemd" {
 		t.Skip("the systemd cgroup driver runs on the v2 node; this node uses " + c.Env["CGROUP_DRIVER"])
 	}
@@ -480,7 +480,7 @@ func memoryResized(container, mem string) func(*corev1.Pod) bool {
 // reconnects only after 5 s), and once the lock is free the container's
 // limit is the claim's.
 func TestResizeWhileTheHookStateIsLocked(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("holds the hook state's lock on the node"))
 	if c.Env["NRI_DISABLE"] == "1" {
 		t.Skip("NRI is off on this node")
 	}
@@ -638,7 +638,7 @@ func readGauge(client *http.Client, url, name string) (float64, error) {
 // container frees its memory, writes the claim's limit back and clears
 // both.
 func TestOverGrantAfterMemoryDecrease(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("lowers the container's memory limit on the node and reads its cgroup"))
 	if c.cgroupVersion(t) != 1 {
 		t.Skip("cgroup v1 only: v2's memory.swap.max takes any value, and bounds swap alone")
 	}

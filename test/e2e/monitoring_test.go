@@ -52,7 +52,7 @@ type scrapeTarget struct {
 // PromQL evaluation of the chart's rules and dashboard in test/tools/promql
 // (make monitoring-check SCRAPED=<file>).
 func TestScrapeForRules(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("scrapes the kubelet plugin over the node's network and writes the series make monitoring-check evaluates"))
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-16", "", 16*mi)
 	c.runningClaimPod(t, ns, "scraped", "swap-16", 16*mi)

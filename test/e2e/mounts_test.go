@@ -27,7 +27,7 @@ import (
 // read-only bind of /sys would leave them writable. Host leg only: the
 // mounts are the runtime's, not the cgroup version's.
 func TestPluginMountsReadOnly(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("reads the plugin container's mount table from the node's /proc"))
 	var submounts []string
 	for _, m := range []struct{ fstype, target string }{{"bpf", "/sys/fs/bpf"}, {"tracefs", "/sys/kernel/tracing"}} {
 		if mounted, err := isMountPoint(m.target); err != nil || mounted {

@@ -43,7 +43,7 @@ type twoNodes struct {
 
 func loadTwoNodes(t *testing.T) *twoNodes {
 	t.Helper()
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("the two nodes of hack/e2e-cluster.sh, which differ on purpose"))
 	guest := c.Env["PEER_NODE_NAME"]
 	if guest == "" {
 		t.Skip("needs the two-node cluster of hack/e2e-cluster.sh (make e2e-cluster); this cluster has one node")

@@ -26,7 +26,7 @@ import (
 // limit, and after containerd's restart the plugin registers with its NRI
 // socket again.
 func TestKubeletAndRuntimeRestart(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("restarts the node's kubelet and containerd"))
 	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	const want = 60 * mi
@@ -62,7 +62,7 @@ func TestKubeletAndRuntimeRestart(t *testing.T) {
 // container. Every pod ends Running with its exact limit, and once they
 // are deleted no CDI spec, checkpoint entry or hook record is left.
 func TestPluginKilledDuringBurst(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("kills the plugin's process on the node and reads its checkpoint and the hook's records"))
 	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	ctx := context.Background()
@@ -179,7 +179,7 @@ func containerID(p *corev1.Pod, container string) string {
 // stands until the verifier's next pass (measured), which restores it
 // with trigger "interval".
 func TestWithoutNRI(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("restarts the node's containerd with NRI off"))
 	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	// The runtime's configuration with NRI turned off: containerd's
@@ -251,7 +251,7 @@ func TestWithoutNRI(t *testing.T) {
 // warm-up tenth of the pods and at the end; from warm-up to the end it must
 // not grow by more than a small allocator slack.
 func TestChurn(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("reads what the plugin leaves on the node (CDI specs, checkpoint, the hook's records) and its memory"))
 	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
 	ctx := context.Background()

@@ -76,7 +76,7 @@ func (c *env) waitTaint(t *testing.T, key string, present bool, timeout time.Dur
 // why, a claim that tolerates the taint is placed, and when the hog goes
 // the taint clears and the waiting pod runs.
 func TestPressureTaints(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("sets the pressure thresholds with helm upgrade of the cluster's release"))
 	ns := c.namespace(t)
 	c.setPluginValues(t, pressureValues...)
 	t.Cleanup(func() { c.setPluginValues(t, "kubeletPlugin.pressure.interval=0s") })

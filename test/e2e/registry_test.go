@@ -99,7 +99,7 @@ func getJSON(t *testing.T, url, accept, auth string, v any) string {
 // runs that image, which its node could only have pulled with the
 // Secret's credentials.
 func TestDriverFromPrivateRegistry(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsOurCluster("the cluster's registry and its credentials"))
 	repo := c.Env["DRIVER_REPOSITORY"]
 	path, ok := strings.CutPrefix(repo, c.Registry()+"/")
 	if !ok || path == "" {

@@ -31,7 +31,7 @@ import (
 // renamed file, which its single-file mount cannot show otherwise.
 // cgroup v2 only: on v1 the kubelet does not start with LimitedSwap.
 func TestKubeletSwapBehaviorChange(t *testing.T) {
-	c := loadCluster(t)
+	c := loadCluster(t, needsNode("edits the kubelet's configuration on the node and restarts the kubelet"))
 	if c.cgroupVersion(t) != 2 {
 		t.Skip("the kubelet refuses LimitedSwap on cgroup v1 (it does not start): this runs on the cgroup v2 node")
 	}

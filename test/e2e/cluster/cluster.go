@@ -24,11 +24,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/images/workload/report"
 )
 
 // DefaultDir is where hack/cluster/up.sh keeps the cluster's state.
 const DefaultDir = "/var/lib/dra-swap-e2e"
+
+// DefaultDriverNamespace is where hack/cluster/driver.sh installs the driver.
+const DefaultDriverNamespace = "dra-swap"
 
 // Scaled multiplies a timeout by E2E_TIMEOUT_SCALE (default 1; the cgroup
 // v2 leg sets 4, because its node runs under software emulation).
@@ -61,17 +65,43 @@ func (c *Cluster) Registry() string {
 }
 
 // WorkloadImage is the test workload (test/e2e/images/workload), built by
-// `make images` and pushed to the cluster's registry.
-func (c *Cluster) WorkloadImage() string { return c.Registry() + "/swap-workload:v1" }
+// `make images` and pushed to the cluster's registry (in the conformance
+// suite: E2E_WORKLOAD_IMAGE, or beside the driver's image).
+func (c *Cluster) WorkloadImage() string {
+	if c.image != "" {
+		return c.image
+	}
+	return c.Registry() + "/" + workloadImageName
+}
 
-// Cluster is a running local cluster.
+// Cluster is a running local cluster, or, in the conformance suite
+// (Portable), any cluster where the driver is installed, reached through
+// the API only.
 type Cluster struct {
-	Dir    string
-	Node   string
+	// Dir is the local cluster's state directory ("" in the conformance
+	// suite).
+	Dir  string
+	Node string
+	// Chosen is the node under test as the conformance suite chose it
+	// (LoadPortable).
+	Chosen SwapNode
 	Client kubernetes.Interface
 	// Config is the admin's client configuration.
 	Config *rest.Config
-	Env    map[string]string
+	// Env is the local cluster's env file (empty in the conformance suite).
+	Env map[string]string
+	// Portable: the conformance suite, on a cluster of which it knows
+	// nothing but what the API says (LoadPortable).
+	Portable bool
+	// DeviceClass is the class the suite's claims name.
+	DeviceClass string
+	// DriverNamespace is where the driver is installed, DriverImage its
+	// kubelet plugin's image and PullSecrets that DaemonSet's image pull
+	// Secrets (conformance suite).
+	DriverNamespace string
+	DriverImage     string
+	PullSecrets     []string
+	image           string
 }
 
 // Load reads dir/env (dir defaults to $CLUSTER_DIR, then DefaultDir).
@@ -101,7 +131,8 @@ func Load(dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cluster{Dir: dir, Node: env["NODE_NAME"], Client: client, Config: config, Env: env}, nil
+	return &Cluster{Dir: dir, Node: env["NODE_NAME"], Client: client, Config: config, Env: env,
+		DeviceClass: v1alpha1.DriverName, DriverNamespace: DefaultDriverNamespace}, nil
 }
 
 // SwapTemplate is a ResourceClaimTemplate asking for bytes of swap from
@@ -137,7 +168,10 @@ type Container struct {
 // WorkloadPod builds a hostNetwork pod of workload containers, pinned to
 // the cluster's node (in the two-node cluster each node's suite tests its
 // own node; a test of placement removes NodeSelector); templates maps
-// pod-level claim names to ResourceClaimTemplates.
+// pod-level claim names to ResourceClaimTemplates. In the conformance
+// suite the pod is one for any cluster instead (ForAnyCluster: the pod
+// network, the restricted Pod Security Standard, the driver's pull
+// Secrets).
 func (c *Cluster) WorkloadPod(ns, name string, templates map[string]string, containers ...Container) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -174,6 +208,7 @@ func (c *Cluster) WorkloadPod(ns, name string, templates map[string]string, cont
 		}
 		p.Spec.Containers = append(p.Spec.Containers, k)
 	}
+	c.ForAnyCluster(p)
 	return p
 }
 
@@ -226,6 +261,9 @@ func (c *Cluster) logLine(p *corev1.Pod, container, prefix string) (string, bool
 // that the kubelet wrote on the node, sorted by name within each place the
 // cluster may keep them.
 func (c *Cluster) ContainerLogFiles(p *corev1.Pod, container string) []string {
+	if c.Portable {
+		return nil
+	}
 	var all []string
 	seen := map[string]bool{}
 	for _, root := range []string{c.Env["POD_LOGS_DIR"], filepath.Join(c.Dir, "pod-logs"), "/var/log/pods"} {
