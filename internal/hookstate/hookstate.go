@@ -245,8 +245,9 @@ type Totals struct {
 
 // Sum combines the container's recorded shares: limits add up; swap.high
 // adds up over the shares that set it, counting the others at their limit;
-// zswap is off if any share turns it off; swappiness is the lowest asked;
-// the pod's limit is the largest recorded.
+// zswap is off if any share turns it off, and so is its writeback;
+// swappiness and the offload budget are the lowest asked; the pod's limit
+// is the largest recorded.
 func Sum(dir string) (Totals, error) {
 	var t Totals
 	total := &t.Container
@@ -291,6 +292,11 @@ func Sum(dir string) (Totals, error) {
 		if s.Swappiness != nil && (total.Swappiness == nil || *s.Swappiness < *total.Swappiness) {
 			v := *s.Swappiness
 			total.Swappiness = &v
+		}
+		total.ZswapWritebackOff = total.ZswapWritebackOff || s.ZswapWritebackOff
+		if s.OffloadMaxStall != nil && (total.OffloadMaxStall == nil || *s.OffloadMaxStall < *total.OffloadMaxStall) {
+			v := *s.OffloadMaxStall
+			total.OffloadMaxStall = &v
 		}
 		if s.PodLimitBytes != nil && (t.PodLimitBytes == nil || *s.PodLimitBytes > *t.PodLimitBytes) {
 			v := *s.PodLimitBytes

@@ -363,6 +363,11 @@ func TestSum(t *testing.T) {
 			want: Totals{Container: swapsettings.Settings{Swappiness: ptr.To[uint64](10)}, Shares: 3}},
 		{name: "largest pod limit", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 1}, PodLimitBytes: ptr.To[int64](300)}, claimB: {Settings: swapsettings.Settings{LimitBytes: 2}, PodLimitBytes: ptr.To[int64](100)}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 3}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: 6}, PodLimitBytes: ptr.To[int64](300), Shares: 3}},
+		{name: "writeback off if any share turns it off; the lowest offload budget", shares: map[string]Share{
+			claimA: {Settings: swapsettings.Settings{LimitBytes: 1, OffloadMaxStall: ptr.To[int32](50)}},
+			claimB: {Settings: swapsettings.Settings{LimitBytes: 2, ZswapWritebackOff: true, OffloadMaxStall: ptr.To[int32](10)}}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 3}}},
+			want: Totals{Container: swapsettings.Settings{LimitBytes: 6, ZswapWritebackOff: true, OffloadMaxStall: ptr.To[int32](10)}, Shares: 3}},
+		{name: "offload budget 0", files: map[string]string{claimA: `{"swapLimit":1,"offloadMaxStall":0}`}, wantErr: "offload max stall"},
 		{name: "largest sum", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes - 1}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 1}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes}, Shares: 2}},
 		{name: "other files are skipped", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 7}}},
