@@ -309,6 +309,43 @@ func Sum(dir string) (Totals, error) {
 	return t, nil
 }
 
+// Shares returns the container's recorded shares by key (see ShareKey),
+// each validated; a share removed while it is read is left out.
+func Shares(dir string) (map[string]Share, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read hook state %s: %w", dir, err)
+	}
+	shares := map[string]Share{}
+	for _, e := range entries {
+		if !isShareKey(e.Name()) {
+			continue
+		}
+		data, err := readFile(filepath.Join(dir, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var s Share
+		if err := json.Unmarshal(data, &s); err != nil {
+			return nil, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
+		}
+		if err := s.Validate(); err != nil {
+			return nil, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
+		}
+		shares[e.Name()] = s
+	}
+	return shares, nil
+}
+
+// ClaimOf is the UID of the claim whose share key is key.
+func ClaimOf(key string) string {
+	uid, _, _ := strings.Cut(key, ".")
+	return uid
+}
+
 // Claims returns the UIDs of the claims that have a share in the
 // container's records, each once.
 func Claims(dir string) ([]string, error) {

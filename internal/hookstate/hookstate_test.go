@@ -424,6 +424,35 @@ func shareString(t Totals) string {
 	return string(data)
 }
 
+// TestShares: each recorded share by its key, validated; other files
+// left out; ClaimOf names a key's claim.
+func TestShares(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), cid)
+	a := Share{Settings: swapsettings.Settings{LimitBytes: 100, OffloadMaxStall: ptr.To[int32](50)}}
+	b := Share{Settings: swapsettings.Settings{LimitBytes: 200, ZswapWritebackOff: true}, PodLimitBytes: ptr.To[int64](300)}
+	for key, s := range map[string]Share{claimA: a, claimB + ".1": b} {
+		if err := Record(dir, key, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(dir, ContainerFile), `{"id":"x"}`)
+	writeFile(t, filepath.Join(dir, ".tmp-1"), "{partial")
+	got, err := Shares(dir)
+	if want := map[string]Share{claimA: a, claimB + ".1": b}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Shares = %+v, %v; want %+v", got, err, want)
+	}
+	if ClaimOf(claimB+".1") != claimB || ClaimOf(claimA) != claimA {
+		t.Errorf("ClaimOf(%q) = %q, ClaimOf(%q) = %q", claimB+".1", ClaimOf(claimB+".1"), claimA, ClaimOf(claimA))
+	}
+	writeFile(t, filepath.Join(dir, claimB+".2"), `{"swapLimit":1,"offloadMaxStall":10001}`)
+	if _, err := Shares(dir); err == nil || !strings.Contains(err.Error(), "offload max stall 10001") {
+		t.Errorf("Shares with an invalid share: %v", err)
+	}
+	if _, err := Shares(filepath.Join(dir, "missing")); err == nil {
+		t.Error("Shares of a missing directory succeeded")
+	}
+}
+
 func TestList(t *testing.T) {
 	state := t.TempDir()
 	for _, d := range []string{cid, "a1", ".hidden", "-bad", "x..y"} {
