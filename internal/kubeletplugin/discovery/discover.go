@@ -56,6 +56,11 @@ func Discover(ctx context.Context, opts Options) (Facts, error) {
 	if facts.CgroupVersion, facts.SwapControl, err = detectCgroup(root); err != nil {
 		return Facts{}, err
 	}
+	if facts.CgroupVersion == 2 {
+		if facts.MemoryReclaim, facts.MemoryPressure, err = offloadFiles(root); err != nil {
+			return Facts{}, err
+		}
+	}
 	kernel, err := readKernelVersion(root)
 	if err != nil {
 		return Facts{}, err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,7 +50,9 @@ type PassReport struct {
 	Deferred int
 	// Exhausted writes: the kernel could not reclaim the whole step.
 	Exhausted int
-	// Argument is memory.reclaim's argument in use (see reclaimer).
+	// Argument is memory.reclaim's argument in use (see reclaimer):
+	// "swappiness=max", "swappiness=200", "none"; "" before the first
+	// reclaim.
 	Argument string
 	// Duration is how long the pass took, reclaim included.
 	Duration time.Duration
@@ -237,7 +240,9 @@ func (l *Loop) Pass(ctx context.Context) {
 		report.Claims = append(report.Claims, *f)
 	}
 	slices.SortFunc(report.Claims, func(a, b ClaimFigures) int { return cmp.Compare(a.UID, b.UID) })
-	report.Argument = l.reclaimer.Argument()
+	if l.reclaimer.probed {
+		report.Argument = cmp.Or(strings.TrimSpace(l.reclaimer.Argument()), "none")
+	}
 	report.Duration = l.now().Sub(start)
 	l.Reporter.Pass(ctx, report)
 }

@@ -137,7 +137,7 @@ func (m *Manager) config(claim *resourceapi.ResourceClaim, configs []resourceapi
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("%s%w", where, errs.ToAggregate())
 		}
-		if errs = sc.ValidateForCgroupVersion(m.opts.Node.CgroupVersion()); len(errs) > 0 {
+		if errs = sc.ValidateForNode(m.opts.Node.Support()); len(errs) > 0 {
 			for _, e := range errs {
 				e.Field = path.String() + "." + e.Field
 			}

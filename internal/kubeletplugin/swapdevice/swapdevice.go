@@ -41,6 +41,9 @@ type Policy struct {
 	// DefaultRequestBytes is granted to a request without a capacity
 	// (1Gi when zero); capped at the offer.
 	DefaultRequestBytes int64
+	// Offload: the plugin runs its offload loop (--offload-interval), so
+	// the node offloads the claims that ask for it where the kernel can.
+	Offload bool
 }
 
 // Validate checks the policy's values.
@@ -81,6 +84,7 @@ func (p Policy) Offer(totalBytes int64) int64 {
 // reason says why it is unusable ("" when usable).
 func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*resourceapi.Device, string) {
 	attrs := attributes(facts, nodeLabels)
+	attrs[v1alpha1.AttrOffload] = resourceapi.DeviceAttribute{BoolValue: ptr.To(Support(facts, p).Offload == "")}
 	offer := int64(0)
 	reason := ""
 	if ok, why := facts.Usable(); !ok {
@@ -127,6 +131,30 @@ func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*res
 		},
 	}
 	return device, ""
+}
+
+// Support is what the node can apply of a SwapConfig beyond its cgroup
+// version (prepare's check, and the offload attribute): why it cannot
+// offload, why it cannot keep pages compressed only ("" when it can).
+func Support(facts discovery.Facts, p Policy) v1alpha1.NodeSupport {
+	s := v1alpha1.NodeSupport{CgroupVersion: facts.CgroupVersion}
+	switch {
+	case facts.CgroupVersion != 2:
+		s.Offload = fmt.Sprintf("it runs cgroup v%d; offload needs cgroup v2", facts.CgroupVersion)
+	case !facts.MemoryReclaim:
+		s.Offload = "the kernel has no memory.reclaim (Linux 5.19 or later)"
+	case !facts.MemoryPressure:
+		s.Offload = "its cgroups have no memory.pressure: pressure stall information is off (boot with psi=1)"
+	case !p.Offload:
+		s.Offload = "the kubelet plugin runs without its offload loop (--offload-interval=0; the chart's kubeletPlugin.offload.interval)"
+	}
+	switch {
+	case facts.CgroupVersion != 2:
+		s.CompressedOnly = fmt.Sprintf("it runs cgroup v%d; memory.zswap.writeback needs cgroup v2", facts.CgroupVersion)
+	case !facts.Zswap:
+		s.CompressedOnly = "zswap is disabled (/sys/module/zswap/parameters/enabled; boot with zswap.enabled=1)"
+	}
+	return s
 }
 
 // attributes are the device attributes every node publishes, usable or not.
