@@ -2,7 +2,8 @@
 // swap limits, allocates and touches ALLOC_MIB MiB, reports the swap it used,
 // touches every page again and again for THRASH_SECONDS (which, beyond its
 // memory limit, keeps it swapping: memory pressure), holds for HOLD_SECONDS
-// and exits 0. An OOM kill shows as exit 137.
+// and exits 0. An OOM kill shows as exit 137. With HOT_MIB it runs a heap
+// half hot, half cold instead, counting its operations (hotcold.go).
 package main
 
 import (
@@ -17,6 +18,10 @@ import (
 )
 
 func main() {
+	if os.Getenv("HOT_MIB") != "" {
+		hotCold()
+		return
+	}
 	alloc := envInt("ALLOC_MIB", 200)
 	hold := envInt("HOLD_SECONDS", 0)
 	thrash := envInt("THRASH_SECONDS", 0)
