@@ -238,6 +238,21 @@ func hostAttributes(clusterDir string, nodeLabels map[string]string) (map[resour
 	if st.Type == unix.CGROUP2_SUPER_MAGIC {
 		cgroupVersion = 2
 	}
+	// The cluster's plugin runs its offload loop (the chart's default):
+	// the node offloads where its containers' cgroups have memory.reclaim
+	// and memory.pressure (those of the kubelet's top cgroup).
+	offload := false
+	if cgroupVersion == 2 {
+		for _, top := range []string{"kubepods.slice", "kubepods"} {
+			dir := filepath.Join("/sys/fs/cgroup", top)
+			if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err == nil {
+				_, reclaim := os.Stat(filepath.Join(dir, "memory.reclaim"))
+				_, pressure := os.Stat(filepath.Join(dir, "memory.pressure"))
+				offload = reclaim == nil && pressure == nil
+				break
+			}
+		}
+	}
 	behavior, err := kubeletSwapBehavior(filepath.Join(clusterDir, "kubelet", "config.yaml"))
 	if err != nil {
 		return nil, err
@@ -253,6 +268,7 @@ func hostAttributes(clusterDir string, nodeLabels map[string]string) (map[resour
 		"tmpfsNoswap":    strconv.FormatBool(major > 6 || major == 6 && minor >= 4),
 		"swapLimitExact": strconv.FormatBool(cgroupVersion == 2),
 		"usable":         "true",
+		"offload":        strconv.FormatBool(offload),
 	}
 	for _, label := range []string{"topology.kubernetes.io/zone", "topology.kubernetes.io/region", "kubernetes.io/hostname"} {
 		if v := nodeLabels[label]; v != "" {

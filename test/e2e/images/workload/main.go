@@ -84,7 +84,7 @@ func read() report.Report {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		r.CgroupVersion = 2
 		dir := "/sys/fs/cgroup/"
-		for _, f := range []string{"memory.max", "memory.swap.max", "memory.swap.current", "memory.swap.peak", "memory.swap.high", "memory.zswap.max", "memory.current"} {
+		for _, f := range []string{"memory.max", "memory.swap.max", "memory.swap.current", "memory.swap.peak", "memory.swap.high", "memory.zswap.max", "memory.zswap.writeback", "memory.current"} {
 			r.Files[f] = file(dir + f)
 		}
 		r.MemoryLimitBytes = num(r.Files["memory.max"])
