@@ -43,7 +43,8 @@ func hotCold() {
 	hotPages := uint64(hot << 20 / page)
 	start := time.Now()
 	last, lastOps := start, uint64(0)
-	emitHotCold(hotColdLine{Phase: "touched", HotMiB: hot, ColdMiB: cold})
+	emitHotCold(hotColdLine{Phase: "touched", HotMiB: hot, ColdMiB: cold, Kernel: file("/proc/sys/kernel/osrelease"),
+		Zswap: file("/sys/module/zswap/parameters/enabled"), Compressor: file("/sys/module/zswap/parameters/compressor")})
 	var ops uint64
 	for duration == 0 || time.Since(start) < duration {
 		// A batch of operations between clock reads.
@@ -84,9 +85,14 @@ type hotColdLine struct {
 	Anon           int64   `json:"anon"`
 	File           int64   `json:"file"`
 	SwapCurrent    int64   `json:"swapCurrent"`
-	Zswap          int64   `json:"zswap"`
+	ZswapBytes     int64   `json:"zswap"`
 	Zswapped       int64   `json:"zswapped"`
 	StallSomeTotal int64   `json:"stallSomeTotalMicros"`
+	// Kernel, Zswap (Y or N) and Compressor describe the node, on the
+	// first line only.
+	Kernel     string `json:"kernel,omitempty"`
+	Zswap      string `json:"zswapEnabled,omitempty"`
+	Compressor string `json:"zswapCompressor,omitempty"`
 }
 
 func emitHotCold(l hotColdLine) {
@@ -104,7 +110,7 @@ func emitHotCold(l hotColdLine) {
 			case "file":
 				l.File = n
 			case "zswap":
-				l.Zswap = n
+				l.ZswapBytes = n
 			case "zswapped":
 				l.Zswapped = n
 			}
