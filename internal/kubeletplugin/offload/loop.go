@@ -173,7 +173,7 @@ func (l *Loop) Pass(ctx context.Context) {
 			continue
 		}
 		seen[id] = true
-		if slices.ContainsFunc(t.claims, func(uid types.UID) bool { _, ok := prepared[uid]; return ok }) {
+		if len(t.claims) > 0 && slices.ContainsFunc(t.claims, func(uid types.UID) bool { _, ok := prepared[uid]; return ok }) {
 			driven = append(driven, id)
 		}
 	}
@@ -311,8 +311,9 @@ func (l *Loop) step(ctx context.Context, t *tracked, report *PassReport) (d Deci
 }
 
 // refresh returns the container's tracked state, its records read again
-// when they changed; nil for a container the loop does not drive (no
-// offload claim, not cgroup v2, records unreadable or gone).
+// only when they changed (a container without an offload claim is tracked
+// too, with none, so that it costs a stat per pass); nil while its records
+// cannot be read.
 func (l *Loop) refresh(ctx context.Context, id string) *tracked {
 	dir := filepath.Join(l.StateDir, id)
 	fi, err := os.Stat(dir)
@@ -356,11 +357,8 @@ func (l *Loop) refresh(ctx context.Context, id string) *tracked {
 		}
 		limits.SwapBytes += s.LimitBytes
 	}
-	if len(claims) == 0 || rec.CgroupVersion != 2 {
-		if t != nil {
-			delete(l.containers, id)
-		}
-		return nil
+	if rec.CgroupVersion != 2 {
+		claims = nil // the loop drives cgroup v2 containers only
 	}
 	if anyHigh {
 		limits.HighBytes = high
