@@ -51,7 +51,8 @@ func TestOffloadReporter(t *testing.T) {
 	}
 	figures.ReclaimedBytes, figures.Reason = 15<<20, offload.ReasonOverBudget
 	clk.SetTime(clk.Now().Add(30 * time.Second))
-	s.queue.Get() // taken by the worker
+	uid, _ := s.queue.Get() // written by the worker
+	s.queue.Done(uid)
 	r.Pass(ctx, offload.PassReport{Containers: 1, Claims: []offload.ClaimFigures{figures}})
 	if n := s.queue.Len(); n != 0 {
 		t.Errorf("%d claims queued 30 s after the last figures, want none before a minute", n)
