@@ -423,4 +423,3 @@ func densityFailure(ctx context.Context, c *cluster.Cluster, ns string, names []
 	}
 	return ""
 }
-

@@ -188,7 +188,7 @@ func TestMergeOffload(t *testing.T) {
 
 // TestStallPercentJSON: the percentage's forms both ways.
 func TestStallPercentJSON(t *testing.T) {
-	for text, want := range map[string]StallPercent{`0.5`: 50, `"0.5"`: 50, `2`: 200, `0.25`: 25, `100`: 10000, `0.01`: 1, `0.50`: 50, ` 1.0 `: 100, `0`: 0} {
+	for text, want := range map[string]StallPercent{`0.5`: 50, `"0.5"`: 50, `2`: 200, `0.25`: 25, `100`: 10000, `0.01`: 1, `0.50`: 50, "\t1.0\n": 100, `0`: 0} {
 		var got StallPercent
 		if err := got.UnmarshalJSON([]byte(text)); err != nil || got != want {
 			t.Errorf("UnmarshalJSON(%s) = %d, %v; want %d", text, got, err, want)
