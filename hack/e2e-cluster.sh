@@ -27,6 +27,9 @@
 #                     boots for "guest" or "nodes")
 #   E2E_SKIP_BUILD=1  use what hack/e2e-build.sh and hack/guest/build.sh built
 #   E2E_V2_TIMEOUT    seconds for the whole guest run (default 3600)
+#   GUEST_RUNTIME     the guest node's container runtime: containerd (with
+#                     runc, default) or crio (CRI-O with crun: the v2 node's
+#                     second configuration; make e2e-crio runs its guest phase)
 # If the emulator stops running the guest (hack/guest/run.sh: no heartbeat,
 # exit 3) before its suite finished, that says nothing of what the guest
 # ran: the phase says so and boots the guest once more. A test failure is
@@ -49,9 +52,12 @@ fi
 phases=" ${E2E_PHASES:-host guest nodes} "
 has_phase() { [[ "$phases" == *" $1 "* ]]; }
 
+GUEST_RUNTIME=${GUEST_RUNTIME:-containerd}
+case "$GUEST_RUNTIME" in containerd | crio) ;; *) echo "e2e-cluster: GUEST_RUNTIME must be containerd or crio, not $GUEST_RUNTIME" >&2; exit 1 ;; esac
+
 start=$SECONDS
 if [ "${E2E_SKIP_BUILD:-}" != 1 ]; then
-	hack/e2e-build.sh
+	BUILD_CRIO=$([ "$GUEST_RUNTIME" = crio ] && echo 1 || echo 0) hack/e2e-build.sh
 	hack/guest/build.sh
 	echo "e2e-cluster: host and guest builds took $((SECONDS - start)) s"
 fi
@@ -98,7 +104,8 @@ trap cluster_down EXIT
 cat > "$share/node.env" <<ENV
 export CLUSTER_ROLE=node NODE_NAME=$guest_node NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip NODE_PKI=/share/pki \\
 	POD_CIDR=$guest_pods PEER_NODE_IP=$host_ip PEER_POD_CIDR=$host_pods \\
-	SWAP_BEHAVIOR=LimitedSwap SWAP_SIZE_MIB=768 NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1 CHART_FROM_REGISTRY=1
+	SWAP_BEHAVIOR=LimitedSwap SWAP_SIZE_MIB=768 NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1 CHART_FROM_REGISTRY=1 \
+	CONTAINER_RUNTIME=$GUEST_RUNTIME
 ENV
 cat > "$share/run.sh" <<'RUN'
 #!/bin/bash
@@ -110,14 +117,27 @@ set -euo pipefail
 # driver and run as systemd units (the host's node keeps cgroupfs).
 export TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_EMULATED=1 CGROUP_DRIVER=systemd
 source /share/node.env
-echo "guest: $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), in $(cat /proc/self/cgroup)"
+# What the node is: its Debian release and kernel, the kernel's swap
+# features that the driver publishes, the runtime and its OCI runtime.
+has() { if [ -e "$1" ]; then echo yes; else echo no; fi; }
+echo "guest: Debian $(cat /etc/debian_version), kernel $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), in $(cat /proc/self/cgroup)"
+echo "guest: kernel features: memory.swap.peak $(has /sys/fs/cgroup/system.slice/memory.swap.peak)," \
+	"memory.zswap.writeback $(has /sys/fs/cgroup/system.slice/memory.zswap.writeback)," \
+	"memory.zswap.max $(has /sys/fs/cgroup/system.slice/memory.zswap.max), zswap enabled $(cat /sys/module/zswap/parameters/enabled 2>/dev/null || echo no)"
+if [ "$CONTAINER_RUNTIME" = crio ]; then
+	echo "guest: runtime $(/share/repo/_output/bin/crio --version 2>/dev/null | head -n1) with $(crun --version | head -n1), $(conmon --version | head -n1)"
+else
+	echo "guest: runtime containerd $(/share/repo/_output/bin/containerd --version | awk '{print $3}') with $(runc --version | head -n1)"
+fi
 cd /share/repo
 hack/cluster/up.sh
-# The image the two-node upgrade test rolls to, pulled now: the emulated
-# containerd took minutes to pull it while the test's pods were starting.
 source /var/lib/dra-swap-e2e/env
-/share/repo/_output/bin/ctr -a "$CONTAINERD_SOCK" -n k8s.io images pull --plain-http \
-	--user "$(cat "$CLUSTER_DIR/pki/registry-basic-auth")" "$DRIVER_REPOSITORY/dra-driver-swap:$DRIVER_UPGRADE_VERSION" >/dev/null
+if [ "$CONTAINER_RUNTIME" = containerd ]; then
+	# The image the two-node upgrade test rolls to, pulled now: the emulated
+	# containerd took minutes to pull it while the test's pods were starting.
+	/share/repo/_output/bin/ctr -a "$CONTAINERD_SOCK" -n k8s.io images pull --plain-http \
+		--user "$(cat "$CLUSTER_DIR/pki/registry-basic-auth")" "$DRIVER_REPOSITORY/dra-driver-swap:$DRIVER_UPGRADE_VERSION" >/dev/null
+fi
 rc=0
 if [ -f /share/run-guest-suite ]; then
 	cd test/e2e
@@ -168,7 +188,7 @@ fi
 
 if has_phase guest || has_phase nodes; then
 	t=$SECONDS
-	echo "e2e-cluster: phase guest: $guest_node boots, joins and runs the suite on cgroup v2"
+	echo "e2e-cluster: phase guest: $guest_node boots, joins and runs its tests on cgroup v2 ($GUEST_RUNTIME)"
 	for attempt in 1 2; do
 		rm -f "$share"/{node-suite-rc,poweroff}
 		GUEST_TAP=$tap hack/guest/run.sh "$share" "${E2E_V2_TIMEOUT:-3600}" > _output/e2e-v2.log 2>&1 &

@@ -18,11 +18,33 @@ if [ ! -x "$BIN/containerd" ] || [ "$ctd_src/go.sum" -nt "$BIN/containerd" ]; th
 		> "$BIN/.containerd-build.log" 2>&1 &
 	ctd_pid=$!
 fi
+# CRI-O (BUILD_CRIO=1: the v2 node's second configuration, make e2e-crio)
+# from test/tools/crio, its own module, beside Kubernetes like containerd:
+# static, without cgo, so without seccomp (CRI-O then applies no seccomp
+# profile) and with the pure-Go OpenPGP; and pinns, the small C program of
+# CRI-O's source that pins pod namespaces, with the host's gcc.
+crio_src=test/tools/crio
+crio_pid=""
+if [ "${BUILD_CRIO:-}" = 1 ] && { [ ! -x "$BIN/crio" ] || [ "$crio_src/go.sum" -nt "$BIN/crio" ]; }; then
+	hack/install-deps.sh gcc libc6-dev
+	log "building CRI-O beside Kubernetes (several minutes the first time)"
+	(cd "$crio_src" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" \
+		-tags "containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs btrfs_noversion exclude_graphdriver_devicemapper" \
+		-o "$BIN/" github.com/cri-o/cri-o/cmd/crio &&
+		src=$(go list -m -f '{{.Dir}}' github.com/cri-o/cri-o) &&
+		gcc -std=c99 -Os -Wall -Wextra -static -o "$BIN/pinns" "$src"/pinns/src/*.c) \
+		> "$BIN/.crio-build.log" 2>&1 &
+	crio_pid=$!
+fi
 # Kubernetes and helm in one go build (one module, one set of versions).
 OUT_DIR="$BIN" hack/build-tools.sh kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy helm
 if [ -n "$ctd_pid" ]; then
 	wait "$ctd_pid" || { cat "$BIN/.containerd-build.log" >&2; die "building containerd failed"; }
 	log "containerd built"
+fi
+if [ -n "$crio_pid" ]; then
+	wait "$crio_pid" || { cat "$BIN/.crio-build.log" >&2; die "building CRI-O failed"; }
+	log "CRI-O built"
 fi
 make --no-print-directory build OUT_DIR="$BIN" VERSION="$DRIVER_VERSION"
 CGO_ENABLED=0 go build -trimpath -o "$BIN/e2e-clusterctl" ./test/e2e/clusterctl

@@ -119,9 +119,21 @@ if [ -z "${CGROUP_DRIVER:-}" ] && [ -f "$CLUSTER_DIR/env" ]; then
 fi
 CGROUP_DRIVER="${CGROUP_DRIVER:-cgroupfs}"
 case "$CGROUP_DRIVER" in cgroupfs | systemd) ;; *) echo "CGROUP_DRIVER must be cgroupfs or systemd, not $CGROUP_DRIVER" >&2; exit 1 ;; esac
-SOCK="$RUN/containerd.sock"
+# The node's container runtime: containerd with runc (both nodes by
+# default), or CRI-O with crun (the v2 node's second configuration,
+# GUEST_RUNTIME=crio in hack/e2e-cluster.sh; needs the systemd cgroup
+# driver here). A running cluster's env file says which.
+if [ -z "${CONTAINER_RUNTIME:-}" ] && [ -f "$CLUSTER_DIR/env" ]; then
+	CONTAINER_RUNTIME=$(sed -n 's/^CONTAINER_RUNTIME=//p' "$CLUSTER_DIR/env")
+fi
+CONTAINER_RUNTIME="${CONTAINER_RUNTIME:-containerd}"
+case "$CONTAINER_RUNTIME" in containerd | crio) ;; *) echo "CONTAINER_RUNTIME must be containerd or crio, not $CONTAINER_RUNTIME" >&2; exit 1 ;; esac
+SOCK="$RUN/$CONTAINER_RUNTIME.sock"
 # runc's state of our containers (containerd adds the namespace, k8s.io).
 RUNC_ROOT="$CLUSTER_DIR/runc"
+# CRI-O's storage and state, and crun's state of its containers.
+CRIO_DIR="$CLUSTER_DIR/crio"
+CRUN_ROOT="$CLUSTER_DIR/crun"
 
 log() { printf '[cluster %s] %s\n' "$(date +%T)" "$*"; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -143,9 +155,9 @@ start() {
 }
 
 # as_unit NAME: whether NAME runs as a systemd unit: with the systemd cgroup
-# driver the kubelet and containerd do, as packages install them.
+# driver the kubelet and the runtime do, as packages install them.
 as_unit() {
-	[ "$CGROUP_DRIVER" = systemd ] && { [ "$1" = kubelet ] || [ "$1" = containerd ]; }
+	[ "$CGROUP_DRIVER" = systemd ] && { [ "$1" = kubelet ] || [ "$1" = containerd ] || [ "$1" = crio ]; }
 }
 
 unit_file() { echo "/run/systemd/system/dra-swap-$1.service"; }
@@ -246,7 +258,15 @@ wait_for() {
 api() { curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://$API_HOST:$API_PORT$1"; }
 
 # Stopped in this order.
-COMPONENTS="kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver containerd registry etcd"
+COMPONENTS="kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver containerd crio registry etcd"
+
+# runtime_ready: whether the runtime answers on its socket.
+runtime_ready() {
+	case "$CONTAINER_RUNTIME" in
+	containerd) "$BIN/ctr" -a "$SOCK" version ;;
+	crio) curl -sf --unix-socket "$SOCK" http://localhost/info ;;
+	esac
+}
 
 # Sysctls that up.sh sets, and teardown puts back to what they were.
 SYSCTLS="net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables"
@@ -394,6 +414,14 @@ teardown() {
 	done
 	for p in $sockets; do rm -f "$p"; done
 	rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+	# CRI-O's conmons (one per container, outliving CRI-O like the shims)
+	# and the crun containers they watch.
+	for p in $(pgrep -f "conmon .*$CRIO_DIR" 2>/dev/null || true); do kill -KILL "$p" 2>/dev/null || true; done
+	if [ -d "$CRUN_ROOT" ] && command -v crun >/dev/null; then
+		for id in $(crun --root "$CRUN_ROOT" list -q 2>/dev/null || true); do
+			crun --root "$CRUN_ROOT" delete --force "$id" 2>/dev/null || true
+		done
+	fi
 	for p in $(pgrep -f "runc --root $RUNC_ROOT" 2>/dev/null || true); do kill -KILL "$p" 2>/dev/null || true; done
 	local id
 	for id in "$RUNC_ROOT"/k8s.io/*/; do
@@ -429,4 +457,71 @@ teardown() {
 		done < "$CLUSTER_DIR/routes"
 	fi
 	rm -rf "$CLUSTER_DIR"
+}
+
+# start_crio: writes CRI-O's configuration and starts it (up.sh), with crun
+# as its runtime (Debian's crun and conmon), the systemd cgroup manager, NRI
+# on as CRI-O ships it (NRI_DISABLE=1: off), the CDI spec directory the
+# driver writes, the cluster's CNI network, the pause image and the
+# cluster's registry over plain http. Everything it keeps lives under
+# CRIO_DIR and CRUN_ROOT, which teardown removes.
+start_crio() {
+	log "crio (crun)"
+	mkdir -p "$CRIO_DIR" "$CRUN_ROOT"
+	cat > "$CRIO_DIR/registries.conf" <<REG
+unqualified-search-registries = []
+[[registry]]
+location = "$REGISTRY"
+insecure = true
+REG
+	mkdir -p "$CRIO_DIR/registries.conf.d"
+	echo '{"default": [{"type": "insecureAcceptAnything"}]}' > "$CRIO_DIR/policy.json"
+	cat > "$CRIO_DIR/crio.conf" <<TOML
+[crio]
+root = "$CRIO_DIR/root"
+runroot = "$CRIO_DIR/run"
+storage_driver = "overlay"
+log_dir = "$CRIO_DIR/pods"
+version_file = "$CRIO_DIR/version"
+version_file_persist = "$CRIO_DIR/version-persist"
+clean_shutdown_file = "$CRIO_DIR/clean.shutdown"
+[crio.api]
+listen = "$SOCK"
+stream_address = "127.0.0.1"
+stream_port = "0"
+[crio.runtime]
+default_runtime = "crun"
+cgroup_manager = "$CGROUP_DRIVER"
+cdi_spec_dirs = ["$CLUSTER_DIR/cdi"]
+hooks_dir = ["$CRIO_DIR/hooks.d"]
+default_mounts_file = "$CRIO_DIR/mounts.conf"
+pinns_path = "$BIN/pinns"
+namespaces_dir = "$CRIO_DIR/ns"
+container_exits_dir = "$CRIO_DIR/exits"
+container_attach_socket_dir = "$CRIO_DIR/attach"
+# The node has no apparmor_parser; the pods of the e2e suite ask for no profile.
+apparmor_profile = "unconfined"
+[crio.runtime.runtimes.crun]
+runtime_path = "$(command -v crun)"
+runtime_type = "oci"
+runtime_root = "$CRUN_ROOT"
+monitor_path = "$(command -v conmon)"
+monitor_cgroup = "pod"
+[crio.image]
+pause_image = "$REGISTRY/pause:3.10"
+signature_policy = "$CRIO_DIR/policy.json"
+[crio.network]
+network_dir = "$CLUSTER_DIR/cni/net.d"
+plugin_dirs = ["/usr/lib/cni"]
+[crio.nri]
+enable_nri = $([ "${NRI_DISABLE:-0}" = 1 ] && echo false || echo true)
+nri_listen = "$NRI_SOCKET"
+nri_plugin_dir = "$CRIO_DIR/nri/plugins"
+nri_plugin_config_dir = "$CRIO_DIR/nri/conf.d"
+TOML
+	mkdir -p "$CRIO_DIR/crio.conf.d" "$CRIO_DIR/hooks.d" "$CRIO_DIR/nri/plugins" "$CRIO_DIR/nri/conf.d" "$(dirname "$NRI_SOCKET")"
+	: > "$CRIO_DIR/mounts.conf"
+	start crio "$BIN/crio" --config "$CRIO_DIR/crio.conf" --config-dir "$CRIO_DIR/crio.conf.d" \
+		--registries-conf "$CRIO_DIR/registries.conf" --registries-conf-dir "$CRIO_DIR/registries.conf.d"
+	wait_for "crio" 60 runtime_ready
 }

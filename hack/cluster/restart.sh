@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# restart.sh NAME: stops a cluster component (kubelet, containerd, …) the
+# restart.sh NAME: stops a cluster component (kubelet, containerd, crio, …) the
 # way an admin's `systemctl restart` does (SIGTERM, then SIGKILL after 5 s)
 # and starts it again with the command line up.sh started it with. Running
 # containers survive a containerd restart (their shims keep them), pods a
@@ -14,7 +14,7 @@ begin=$SECONDS
 stop "$name"
 start "$name" "${cmd[@]}"
 case "$name" in
-containerd) wait_for "containerd" 30 "$BIN/ctr" -a "$SOCK" version ;;
+containerd | crio) wait_for "$name" 60 runtime_ready ;;
 kubelet) wait_for "kubelet healthy" 60 curl -sf "http://127.0.0.1:10248/healthz" ;;
 esac
 log "$name restarted in $((SECONDS - begin))s"

@@ -20,7 +20,17 @@ has_control_plane() { [ "$CLUSTER_ROLE" != node ]; }
 has_node() { [ "$CLUSTER_ROLE" != control-plane ]; }
 need=(dra-swap-images)
 has_control_plane && need+=(kube-apiserver kube-controller-manager kube-scheduler)
-has_node && need+=(kubelet kube-proxy containerd ctr containerd-shim-runc-v2 e2e-clusterctl)
+has_node && need+=(kubelet kube-proxy e2e-clusterctl)
+if has_node; then
+	case "$CONTAINER_RUNTIME" in
+	containerd) need+=(containerd ctr containerd-shim-runc-v2) ;;
+	crio)
+		need+=(crio pinns)
+		[ "$CGROUP_DRIVER" = systemd ] || die "CONTAINER_RUNTIME=crio runs with the systemd cgroup driver here (CGROUP_DRIVER=systemd)"
+		for b in crun conmon; do command -v "$b" >/dev/null || die "CONTAINER_RUNTIME=crio needs $b (Debian's package $b)"; done
+		;;
+	esac
+fi
 for b in "${need[@]}"; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run hack/cluster/build.sh"
 done
@@ -148,6 +158,7 @@ CHART=$CHART_REF
 NRI_SOCKET=$NRI_SOCKET
 NRI_DISABLE=${NRI_DISABLE:-0}
 CGROUP_DRIVER=$CGROUP_DRIVER
+CONTAINER_RUNTIME=$CONTAINER_RUNTIME
 CLUSTER_ROLE=$CLUSTER_ROLE
 API_HOST=$API_HOST
 SWAP_BEHAVIOR=$SWAP_BEHAVIOR
@@ -254,6 +265,7 @@ cat > "$CLUSTER_DIR/cni/net.d/10-$CNI_NETWORK.conflist" <<CNI
   ]
 }
 CNI
+if [ "$CONTAINER_RUNTIME" = containerd ]; then
 mkdir -p "$CLUSTER_DIR/certs.d/$REGISTRY"
 cat > "$CLUSTER_DIR/certs.d/$REGISTRY/hosts.toml" <<HOSTS
 server = "http://$REGISTRY"
@@ -300,6 +312,9 @@ state = "$CLUSTER_DIR/containerd/state"
 TOML
 start containerd "$BIN/containerd" --config "$CLUSTER_DIR/containerd.toml"
 wait_for "containerd" 30 "$BIN/ctr" -a "$SOCK" version
+else
+	start_crio
+fi
 
 "$REPO/hack/cluster/swap.sh" add swapfile-1 "$SWAP_SIZE_MIB"
 

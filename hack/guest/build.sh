@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds a cached cgroup v2 Debian (bookworm) guest for QEMU software emulation
-# (TCG), for hack/guest/run.sh. Needs root (apt-get, debootstrap, mknod, mkfs).
+# Builds a cached cgroup v2 Debian 13 (trixie) guest for QEMU software
+# emulation (TCG), for hack/guest/run.sh. Needs root (apt-get, debootstrap,
+# mknod, mkfs).
 #
 # Output: ${GUEST_DIR:-_output/guest}/<key>/{vmlinuz,initrd.img,rootfs.img,done}
 # and the symlink ${GUEST_DIR}/current -> <key>, which run.sh boots. A build
 # removes the images of other keys.
-#   vmlinuz     Debian's linux-image-6.1.0-*-amd64, as linux-image-amd64 resolves
+#   vmlinuz     trixie's kernel (6.12 LTS), the linux-image-* package that
+#               trixie's linux-image-amd64 depends on
 #   initrd.img  busybox initramfs: loads virtio and ext4, mounts /dev/vda and
 #               switch_roots to /sbin/dra-swap-guest-init (hack/guest/init)
 #   rootfs.img  ext4 (8G, sparse): debootstrap minbase with what a single-node
@@ -13,11 +15,15 @@
 #
 # The build is skipped when <key>/done exists. The key is the sha256 of the
 # kernel package and version, the suite, the package list and the packages'
-# versions (from the host's package lists when the host runs the same suite),
-# the disk size, the contents of hack/guest/*.sh and the init files, and the
-# EXTRA_FILES. Kubernetes, containerd and the driver are not in the image:
-# hack/e2e-v2.sh shares them over 9p at run time. A cache
-# hit needs no root when the host tools are installed.
+# versions, the disk size, the contents of hack/guest/*.sh and the init
+# files, and the EXTRA_FILES. Versions come from trixie's own package lists,
+# which apt keeps apart from the host's in ${GUEST_DIR}/apt (the host may run
+# another release): a cache hit reads the lists of the last cold build and
+# needs neither the network nor root (when the host tools are installed); a
+# cold build refreshes them first. Kubernetes, containerd, CRI-O and the
+# driver are not in the image: hack/e2e-cluster.sh shares them over 9p at run
+# time. The image has both runtimes' Debian parts (runc; crun and conmon), so
+# one image serves both node configurations (GUEST_RUNTIME).
 #
 # Environment:
 #   GUEST_DIR        where images are kept (default _output/guest; relative to the repo)
@@ -37,10 +43,10 @@ die() { log "ERROR: $*"; exit 1; }
 
 GUEST_DIR=${GUEST_DIR:-_output/guest}
 case $GUEST_DIR in /*) ;; *) GUEST_DIR=$REPO/$GUEST_DIR ;; esac
-SUITE=bookworm
+SUITE=trixie
 MIRROR=${GUEST_MIRROR:-http://deb.debian.org/debian}
 DISK_SIZE=${GUEST_DISK_SIZE:-8G}
-PACKAGES="systemd,systemd-sysv,dbus,runc,etcd-server,iproute2,ca-certificates,util-linux,mount,kmod,procps,busybox,containernetworking-plugins,openssl,curl,bash,coreutils,findutils,grep,sed,gawk,e2fsprogs,iptables"
+PACKAGES="systemd,systemd-sysv,dbus,runc,crun,conmon,iproute2,ca-certificates,util-linux,mount,kmod,procps,busybox,containernetworking-plugins,openssl,curl,bash,coreutils,findutils,grep,sed,gawk,e2fsprogs,iptables"
 if [ -n "${GUEST_PACKAGES:-}" ]; then
 	PACKAGES="$PACKAGES,$(echo "$GUEST_PACKAGES" | tr -s ' ,' ',' | sed 's/^,//; s/,$//')"
 fi
@@ -75,17 +81,33 @@ if [ ${#missing[@]} -gt 0 ]; then
 	log "installing ${missing[*]}"
 	DEBIAN_FRONTEND=noninteractive flock "$APT_LOCK" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
-	apt_update
-fi
+
+# --- trixie's package lists, apart from the host's: apt with its own
+# sources, lists and cache under GUEST_DIR/apt, and no installed packages.
+APT_DIR=$GUEST_DIR/apt
+guest_apt_opts=(
+	-o "Dir::Etc::SourceList=$APT_DIR/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+	-o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::State::Status=$APT_DIR/status" -o "Dir::Cache=$APT_DIR/cache"
+	-o Dir::Etc::Preferences=/nonexistent -o Dir::Etc::PreferencesParts=/nonexistent
+	-o APT::Architecture=amd64 -o APT::Architectures::=amd64 -o APT::Sandbox::User=root
+)
+guest_apt_lists() { compgen -G "$APT_DIR/lists/*_Packages*" >/dev/null; }
+guest_apt_update() {
+	mkdir -p "$APT_DIR/lists/partial" "$APT_DIR/cache/archives/partial"
+	: >"$APT_DIR/status"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR $SUITE main" >"$APT_DIR/sources.list"
+	log "apt-get update ($SUITE's package lists, in $APT_DIR)"
+	DEBIAN_FRONTEND=noninteractive flock "$APT_LOCK" apt-get "${guest_apt_opts[@]}" update -q >/dev/null
+}
+guest_apt_cache() { apt-cache "${guest_apt_opts[@]}" "$@"; }
 
 # --- the key
 kernel_pkg='' kernel_ver=''
 resolve_kernel() {
-	kernel_pkg=${GUEST_KERNEL_PKG:-$(apt-cache depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ {print $2; exit}')}
-	[ -n "$kernel_pkg" ] || die "cannot resolve the kernel package that linux-image-amd64 depends on"
-	kernel_ver=$(apt-cache show --no-all-versions "$kernel_pkg" 2>/dev/null | awk '$1 == "Version:" {print $2; exit}')
-	[ -n "$kernel_ver" ] || die "no version of $kernel_pkg is available"
+	kernel_pkg=${GUEST_KERNEL_PKG:-$(guest_apt_cache depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ {print $2; exit}')}
+	[ -n "$kernel_pkg" ] || die "cannot resolve the kernel package that $SUITE's linux-image-amd64 depends on"
+	kernel_ver=$(guest_apt_cache show --no-all-versions "$kernel_pkg" 2>/dev/null | awk '$1 == "Version:" {print $2; exit}')
+	[ -n "$kernel_ver" ] || die "no version of $kernel_pkg is available in $SUITE"
 }
 
 read -r -a extra_files <<<"${EXTRA_FILES:-}"
@@ -98,17 +120,10 @@ for f in "${extra_files[@]}"; do
 done
 
 # package_versions: the versions debootstrap will install of the listed
-# packages, as the host's package lists say. They are exact only when the
-# host runs the guest's suite; elsewhere the list names the host's release.
+# packages, as trixie's package lists say.
 package_versions() {
-	local host_suite
-	host_suite=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-	if [ "$host_suite" != "$SUITE" ]; then
-		echo "package-versions: unknown (the host runs ${host_suite:-an unknown release}, not $SUITE)"
-		return
-	fi
 	# shellcheck disable=SC2046 # a list of package names
-	apt-cache show --no-all-versions $(echo "$PACKAGES" | tr ',' ' ') 2>/dev/null |
+	guest_apt_cache show --no-all-versions $(echo "$PACKAGES" | tr ',' ' ') 2>/dev/null |
 		awk '$1 == "Package:" {p = $2} $1 == "Version:" {print "package: " p " " $2}' || true
 }
 
@@ -138,8 +153,9 @@ set_current() {
 	ln -sfn "$key" "$GUEST_DIR/current.tmp"
 	mv -Tf "$GUEST_DIR/current.tmp" "$GUEST_DIR/current"
 }
+key=''
 cache_hit() {
-	if [ -f "$GUEST_DIR/$key/done" ]; then
+	if [ -n "$key" ] && [ -f "$GUEST_DIR/$key/done" ]; then
 		set_current
 		log "cache hit: $GUEST_DIR/$key (kernel $kernel_pkg $kernel_ver) in $(elapsed) s"
 		echo "key: $key"
@@ -149,10 +165,12 @@ cache_hit() {
 }
 
 mkdir -p "$GUEST_DIR"
-resolve_kernel
-compute_key
-log "key $key"
-cache_hit && exit 0
+if guest_apt_lists; then
+	resolve_kernel
+	compute_key
+	log "key $key"
+	cache_hit && exit 0
+fi
 
 need_root "a cold build runs apt-get, debootstrap, mknod and mkfs"
 # One build at a time; another may have finished it while we waited.
@@ -160,9 +178,9 @@ exec 9>"$GUEST_DIR/.lock"
 flock 9
 cache_hit && exit 0
 
-# A cold build: refresh the package lists first, so that the kernel version
-# (and so the key) is the current one and downloadable.
-apt_update
+# A cold build: refresh trixie's package lists first, so that the kernel
+# version (and so the key) is the current one and downloadable.
+guest_apt_update
 resolve_kernel
 compute_key
 cache_hit && exit 0
@@ -192,9 +210,14 @@ mkdir -p "$build/kernel" "$build/initramfs" "$build/out"
 
 # --- kernel
 t=$SECONDS
-(cd "$build/kernel" && apt-get download -q -o APT::Sandbox::User=root "$kernel_pkg=$kernel_ver" >/dev/null)
+(cd "$build/kernel" && apt-get "${guest_apt_opts[@]}" download -q "$kernel_pkg=$kernel_ver" >/dev/null)
 dpkg -x "$build/kernel/${kernel_pkg}_"*.deb "$build/kernel/x"
 kdir=$build/kernel/x
+# trixie's kernel keeps its modules in /usr/lib/modules (merged /usr);
+# depmod and modprobe -d look in <dir>/lib/modules.
+if [ ! -d "$kdir/lib/modules" ] && [ -d "$kdir/usr/lib/modules" ]; then
+	ln -s usr/lib "$kdir/lib"
+fi
 kver=$(basename "$(find "$kdir/lib/modules" -mindepth 1 -maxdepth 1 -type d | head -n1)")
 if [ -z "$kver" ] || [ ! -f "$kdir/boot/vmlinuz-$kver" ]; then
 	die "no kernel or modules in $kernel_pkg"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of the guest: writes a share whose run.sh checks cgroup v2 (every
 # controller, the init in system.slice with memory.swap.max, a child cgroup
-# taking a swap limit), a swap file, overlayfs, the dummy node interface and
-# the cluster's Debian tools, then boots it with hack/guest/run.sh.
+# taking a swap limit, memory.swap.peak and memory.zswap.writeback), a swap
+# file, overlayfs, the dummy node interface and the cluster's Debian tools
+# (runc, crun, conmon), then boots it with hack/guest/run.sh.
 #
 # Usage: hack/guest/smoke.sh [SHARE_DIR] [TIMEOUT_SECONDS]   (default /tmp/smoke 600)
 # Build first: hack/guest/build.sh
@@ -65,8 +66,12 @@ ip addr show dummy0
 ip -4 addr show dummy0 | grep 'inet 10.200.0.2/24' >/dev/null
 check "dummy0 has 10.200.0.2/24"
 
+for f in memory.swap.peak memory.zswap.writeback; do
+	if [ -f "/sys/fs/cgroup/system.slice/$f" ]; then check "the kernel has $f"; else echo "note: the kernel has no $f"; fi
+done
 echo "runc: $(runc --version | head -n1)"
-echo "etcd: $(etcd --version | head -n1)"
+echo "crun: $(crun --version | head -n1)"
+echo "conmon: $(conmon --version | head -n1)"
 test -x /usr/lib/cni/loopback && check "CNI loopback plugin"
 openssl version
 echo "smoke: all checks passed"

@@ -7,6 +7,7 @@
 package cdi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/atomicfile"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
@@ -104,8 +106,12 @@ func SpecName(claimUID string) string {
 }
 
 // DeviceName is the CDI device name of one allocation result of a claim.
-// Release v0.1.0 named a claim's only device after the claim's UID.
+// Release v0.1.0 named a claim's only device after the claim's UID: a
+// negative index gives that name (ParseDeviceID's -1).
 func DeviceName(claimUID string, resultIndex int) string {
+	if resultIndex < 0 {
+		return claimUID
+	}
 	return fmt.Sprintf("%s-%d", claimUID, resultIndex)
 }
 
@@ -231,6 +237,120 @@ func (w *Writer) Write(edits ClaimEdits) error {
 	}
 	return nil
 }
+
+// maxSpecBytes bounds the spec Read reads: 32 results (the API's largest
+// allocation) of under 1 KiB each need some 30 KiB.
+const maxSpecBytes = 1 << 20
+
+// Read reads the claim's spec back into the edits it was written from, as
+// far as the spec holds them: each device's result index (-1 for the
+// only device of a release v0.1.0 spec, named after the claim), admin
+// access, the settings its createRuntime hook applies, its
+// DRA_SWAP_LIMIT_BYTES (0 for an admin-access device), and the claim's pod
+// and pod budget from the hooks' arguments. Read of what Write wrote gives
+// the edits back. It is what the plugin knows of a claim whose checkpoint
+// entry was lost. A spec that does not exist is an error wrapping
+// fs.ErrNotExist; one that is not this driver's, or whose hooks today's
+// hook would refuse, an error naming what is wrong.
+func (w *Writer) Read(claimUID string) (ClaimEdits, error) {
+	if !limits.IsUID(claimUID) {
+		return ClaimEdits{}, fmt.Errorf("claim UID %q is not a Kubernetes UID", claimUID)
+	}
+	path := filepath.Join(w.specDir, SpecName(claimUID)+".json")
+	data, err := atomicfile.ReadFile(path, maxSpecBytes)
+	if err != nil {
+		return ClaimEdits{}, fmt.Errorf("read CDI spec of claim %s: %w", claimUID, err)
+	}
+	edits, err := parseSpec(claimUID, data)
+	if err != nil {
+		return ClaimEdits{}, fmt.Errorf("CDI spec %s: %w", path, err)
+	}
+	return edits, nil
+}
+
+// parseSpec reads a claim's spec (see Read).
+func parseSpec(claimUID string, data []byte) (ClaimEdits, error) {
+	var spec cdispec.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return ClaimEdits{}, err
+	}
+	if spec.Kind != Vendor+"/"+Class {
+		return ClaimEdits{}, fmt.Errorf("kind %q, want %s/%s", spec.Kind, Vendor, Class)
+	}
+	if len(spec.Devices) == 0 || len(spec.Devices) > limits.MaxResultIndex+1 {
+		return ClaimEdits{}, fmt.Errorf("%d devices, want 1 to %d", len(spec.Devices), limits.MaxResultIndex+1)
+	}
+	edits := ClaimEdits{ClaimUID: claimUID}
+	seen := map[int]bool{}
+	granting := false // a device with a hook was read
+	for _, d := range spec.Devices {
+		uid, index, ok := ParseDeviceID(parser.QualifiedName(Vendor, Class, d.Name))
+		if !ok || uid != claimUID || seen[index] {
+			return ClaimEdits{}, fmt.Errorf("device %q is not one of claim %s's, or repeated", d.Name, claimUID)
+		}
+		seen[index] = true
+		de, pod, podLimit, err := parseDevice(claimUID, index, d.ContainerEdits)
+		if err != nil {
+			return ClaimEdits{}, fmt.Errorf("device %s: %w", d.Name, err)
+		}
+		switch {
+		case de.AdminAccess:
+		case !granting:
+			granting, edits.PodUID, edits.PodLimitBytes = true, pod, podLimit
+		case pod != edits.PodUID || !equalPtr(podLimit, edits.PodLimitBytes):
+			return ClaimEdits{}, fmt.Errorf("device %s names another pod or pod budget than the claim's other devices", d.Name)
+		}
+		edits.Devices = append(edits.Devices, de)
+	}
+	return edits, nil
+}
+
+// parseDevice reads one device's edits: its environment and the request
+// of its createRuntime hook (none with admin access).
+func parseDevice(claimUID string, index int, ce cdispec.ContainerEdits) (d DeviceEdits, podUID string, podLimit *int64, err error) {
+	d.ResultIndex = index
+	if len(ce.Env) != 1 {
+		return d, "", nil, fmt.Errorf("%d environment variables, want 1", len(ce.Env))
+	}
+	name, value, _ := strings.Cut(ce.Env[0], "=")
+	switch name {
+	case v1alpha1.EnvAdminAccess:
+		if value != "true" || len(ce.Hooks) != 0 {
+			return d, "", nil, fmt.Errorf("admin access %q with %d hooks, want true and none", value, len(ce.Hooks))
+		}
+		d.AdminAccess = true
+		return d, "", nil, nil
+	case v1alpha1.EnvSwapLimit:
+		if d.EnvLimitBytes, err = strconv.ParseInt(value, 10, 64); err != nil || d.EnvLimitBytes < 0 {
+			return d, "", nil, fmt.Errorf("%s %q is not a byte count", name, value)
+		}
+	default:
+		return d, "", nil, fmt.Errorf("environment variable %q is not this driver's", name)
+	}
+	var apply []string
+	for _, h := range ce.Hooks {
+		if h != nil && h.HookName == cdiapi.CreateRuntimeHook {
+			if apply != nil {
+				return d, "", nil, errors.New("more than one createRuntime hook")
+			}
+			apply = h.Args
+		}
+	}
+	if len(apply) == 0 {
+		return d, "", nil, errors.New("no createRuntime hook")
+	}
+	_, req, err := hook.ParseArgs(apply[1:])
+	if err != nil {
+		return d, "", nil, fmt.Errorf("createRuntime hook: %w", err)
+	}
+	if req.Cleanup || req.ClaimUID != claimUID || req.ResultIndex != index {
+		return d, "", nil, fmt.Errorf("createRuntime hook applies claim %s result %d, not this device's", req.ClaimUID, req.ResultIndex)
+	}
+	d.Settings = req.Share.Settings
+	return d, req.PodUID, req.Share.PodLimitBytes, nil
+}
+
+func equalPtr(a, b *int64) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
 
 // Has reports whether the claim has a spec.
 func (w *Writer) Has(claimUID string) (bool, error) {

@@ -88,11 +88,17 @@ func apply(cfg Config, req Request, state *specs.State) (swapsettings.Settings, 
 	if err != nil {
 		return total, nil, target.Version, err
 	}
+	// The pod's cgroup, and the container's cgroup above the process's
+	// (crun's systemd scope), if any.
+	podGroup, outer, podFound := podAncestor(target.Group, r.PodUID)
 	var pod cgroupswap.Target
 	if req.Share.PodLimitBytes != nil {
-		if pod, err = podCgroup(target, r); err != nil {
-			return total, nil, target.Version, err
+		if !podFound {
+			return total, nil, target.Version, fmt.Errorf("container %s: neither its cgroup's parent nor its grandparent (%s) is the cgroup of pod %s, so the pod's swap budget cannot be set",
+				name, target.Group, orUnknown(r.PodUID))
 		}
+		pod = target
+		pod.Group, pod.Pod, pod.Container = podGroup, true, r.Namespace+"/"+r.Pod
 	}
 	// Records change and are applied under the state directory's lock,
 	// which the verifier takes to read them: it never sees them
@@ -104,11 +110,11 @@ func apply(cfg Config, req Request, state *specs.State) (swapsettings.Settings, 
 	defer unlock()
 	// The container's record first: with it, the kubelet plugin can find
 	// the cgroup of every container that has a share.
-	c := hookstate.Container{ID: state.ID, CgroupVersion: target.Version, CgroupGroup: target.Group, PodCgroupGroup: pod.Group}
+	c := hookstate.Container{ID: state.ID, CgroupVersion: target.Version, CgroupGroup: target.Group, OuterCgroupGroup: outer, PodCgroupGroup: pod.Group}
 	if isPod {
 		c.Namespace, c.Pod, c.PodUID, c.Name = r.Namespace, r.Pod, r.PodUID, r.Container
 	}
-	if old, err := hookstate.ReadContainer(dir); err == nil && c.PodCgroupGroup == "" {
+	if old, err := hookstate.ReadContainer(dir); err == nil && c.PodCgroupGroup == "" && old.OuterCgroupGroup == c.OuterCgroupGroup {
 		c.PodCgroupGroup = old.PodCgroupGroup // another claim's run found it
 	}
 	if err := hookstate.WriteContainer(dir, c); err != nil {
@@ -121,8 +127,11 @@ func apply(cfg Config, req Request, state *specs.State) (swapsettings.Settings, 
 	if err != nil {
 		return total, nil, target.Version, fmt.Errorf("container %s: %w", name, err)
 	}
-	if err := cgroupswap.Apply(target, totals.Container); err != nil {
-		return totals.Container, nil, target.Version, err
+	// The outer cgroup first: it bounds the container's own.
+	for _, t := range c.Targets(target.Root) {
+		if err := cgroupswap.Apply(t, totals.Container); err != nil {
+			return totals.Container, nil, target.Version, err
+		}
 	}
 	podTarget, ok := c.PodTarget(target.Root)
 	if !ok {
@@ -150,21 +159,38 @@ func orUnknown(s string) string {
 	return s
 }
 
-// podCgroup is the pod's cgroup: the parent of the container's, which
-// both the cgroupfs and the systemd cgroup driver name after the pod's UID
-// (".../pod<uid>" and ".../kubepods-<qos>-pod<uid_with_underscores>.slice").
-// Anything else is refused rather than written.
-func podCgroup(container cgroupswap.Target, r hookrecord.Record) (cgroupswap.Target, error) {
-	parent := filepath.Dir(container.Group)
-	base := filepath.Base(parent)
-	if r.PodUID == "" || parent == "/" ||
-		!(base == "pod"+r.PodUID || strings.HasSuffix(base, "-pod"+strings.ReplaceAll(r.PodUID, "-", "_")+".slice")) {
-		return cgroupswap.Target{}, fmt.Errorf("container %s: its parent cgroup %s is not the cgroup of pod %s, so the pod's swap budget cannot be set",
-			container.Container, parent, orUnknown(r.PodUID))
+// podAncestor finds the pod's cgroup as the nearest pod cgroup above the
+// container's: its parent with runc (either cgroup driver) and crun's
+// cgroupfs driver, its grandparent with crun's systemd driver, which puts
+// the process in the "container" subgroup of the container's scope
+// (…/kubepods-<qos>-pod<uid_>.slice/crio-<id>.scope/container). Both cgroup
+// drivers name the pod's cgroup after its UID (".../pod<uid>" and
+// ".../kubepods-<qos>-pod<uid_with_underscores>.slice"). outer is the
+// cgroup between the pod's and the container's (the scope), if any. Found
+// is false when neither the parent nor the grandparent is the pod's
+// (nothing is written to either then).
+func podAncestor(group, podUID string) (pod, outer string, found bool) {
+	if podUID == "" {
+		return "", "", false
 	}
-	pod := container
-	pod.Group, pod.Pod, pod.Container = parent, true, r.Namespace+"/"+r.Pod
-	return pod, nil
+	parent := filepath.Dir(group)
+	if parent == "/" {
+		return "", "", false
+	}
+	if isPodCgroup(filepath.Base(parent), podUID) {
+		return parent, "", true
+	}
+	grandparent := filepath.Dir(parent)
+	if grandparent != "/" && isPodCgroup(filepath.Base(grandparent), podUID) {
+		return grandparent, parent, true
+	}
+	return "", "", false
+}
+
+// isPodCgroup reports whether a cgroup's name is the one the cgroupfs or
+// the systemd cgroup driver gives the pod podUID.
+func isPodCgroup(name, podUID string) bool {
+	return name == "pod"+podUID || strings.HasSuffix(name, "-pod"+strings.ReplaceAll(podUID, "-", "_")+".slice")
 }
 
 // Cleanup removes the container's records (poststop), under the state

@@ -170,10 +170,10 @@ func TestPodBudget(t *testing.T) {
 }
 
 func TestPodBudgetRefusals(t *testing.T) {
-	t.Run("parent is not the pod's cgroup", func(t *testing.T) {
+	t.Run("neither parent nor grandparent is the pod's cgroup", func(t *testing.T) {
 		p := newPodNode(t, 2, "/kubepods/burstable/pod-something-else")
 		err := p.run("--swap-limit=1048576", "--claim-uid="+claimA, "--pod-uid="+testPodUID, "--pod-swap-limit=1048576")
-		if err == nil || !strings.Contains(err.Error(), "is not the cgroup of pod "+testPodUID) {
+		if err == nil || !strings.Contains(err.Error(), "is the cgroup of pod "+testPodUID+", so the pod's swap budget cannot be set") {
 			t.Fatalf("error = %v", err)
 		}
 		if got := p.file("memory.swap.max"); got != "0" {
@@ -249,4 +249,74 @@ func TestApplyWaitsForTheVerifier(t *testing.T) {
 	if got := n.limit(); got != n.want(100<<20) {
 		t.Errorf("swap.max = %s after the verifier let go, want %s", got, n.want(100<<20))
 	}
+}
+
+// crunNode is a v2 node of the systemd cgroup driver with crun: crun
+// creates the container's scope (crio-<id>.scope) in the pod's slice and
+// moves the process into the scope's "container" subgroup, and both the
+// scope (MemorySwapMax, from the kubelet's memory.swap.max of 0) and the
+// subgroup hold the kubelet's 0.
+func newCrunNode(t *testing.T) (n *podNode, scopeDir string) {
+	pod := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(testPodUID, "-", "_") + ".slice"
+	scope := pod + "/crio-" + cid + ".scope"
+	n = newPodNode(t, 2, pod)
+	leaf := scope + "/container"
+	writeFile(t, filepath.Join(n.proc, fmt.Sprint(pid), "cgroup"), "0::"+leaf+"\n")
+	n.dir = filepath.Join(n.cgroup, leaf)
+	writeFile(t, filepath.Join(n.dir, "memory.swap.max"), "0\n")
+	scopeDir = filepath.Join(n.cgroup, scope)
+	writeFile(t, filepath.Join(scopeDir, "memory.swap.max"), "0\n")
+	return n, scopeDir
+}
+
+// With crun's systemd driver the process's cgroup is the "container"
+// subgroup of the container's scope: the pod's cgroup is the nearest pod
+// ancestor (the grandparent), and the limit goes on the scope too, which
+// bounds the subgroup (a limit on the subgroup alone, under the scope's 0,
+// would let the container swap nothing).
+func TestCrunSystemdLayout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		pod  string // the pod cgroup's swap.max afterwards
+	}{
+		{name: "own claim", args: []string{"--swap-limit=209715200", "--claim-uid=" + claimA, "--result-index=0", "--pod-uid=" + testPodUID}, pod: "max"},
+		{name: "shared claim: pod budget", args: []string{"--swap-limit=209715200", "--claim-uid=" + claimA, "--result-index=0", "--pod-uid=" + testPodUID, "--pod-swap-limit=209715200"}, pod: "209715200"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, scopeDir := newCrunNode(t)
+			if err := n.run(tc.args...); err != nil {
+				t.Fatal(err)
+			}
+			if got := n.limit(); got != "209715200" {
+				t.Errorf("subgroup swap.max = %s, want 209715200", got)
+			}
+			if got := strings.TrimSpace(readFile(t, filepath.Join(scopeDir, "memory.swap.max"))); got != "209715200" {
+				t.Errorf("scope swap.max = %s, want 209715200 (the scope bounds the subgroup)", got)
+			}
+			if got := n.podLimit(); got != tc.pod {
+				t.Errorf("pod swap.max = %s, want %s", got, tc.pod)
+			}
+			c, err := hookstate.ReadContainer(filepath.Join(n.state, cid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			scope, pod := strings.TrimPrefix(scopeDir, n.cgroup), strings.TrimPrefix(n.podDir, n.cgroup)
+			if c.CgroupGroup != scope+"/container" || c.OuterCgroupGroup != scope {
+				t.Errorf("recorded cgroups %q in %q, want %q in %q", c.CgroupGroup, c.OuterCgroupGroup, scope+"/container", scope)
+			}
+			if tc.pod != "max" && c.PodCgroupGroup != pod {
+				t.Errorf("recorded pod cgroup %q, want %q", c.PodCgroupGroup, pod)
+			}
+		})
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }

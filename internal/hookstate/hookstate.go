@@ -95,12 +95,19 @@ type Share struct {
 type Container struct {
 	// ID is the runtime's container ID (the directory's name).
 	ID string `json:"id"`
-	// CgroupVersion and CgroupGroup locate the container's memory cgroup
-	// (the group is its path within the hierarchy).
+	// CgroupVersion and CgroupGroup locate the container's memory cgroup,
+	// the one its process is in (the group is its path within the
+	// hierarchy).
 	CgroupVersion int    `json:"cgroupVersion"`
 	CgroupGroup   string `json:"cgroupGroup"`
-	// PodCgroupGroup, when set, is the pod's cgroup (the container's
-	// parent), which holds the pod's swap budget.
+	// OuterCgroupGroup, when set, is the container's cgroup that holds
+	// CgroupGroup, its parent: crun's systemd driver puts the process in
+	// the "container" subgroup of the container's scope
+	// (…/crio-<id>.scope/container), and the scope's limit bounds the
+	// subgroup's. It holds the same limit as CgroupGroup.
+	OuterCgroupGroup string `json:"outerCgroupGroup,omitempty"`
+	// PodCgroupGroup, when set, is the pod's cgroup (the parent of the
+	// container's outermost cgroup), which holds the pod's swap budget.
 	PodCgroupGroup string `json:"podCgroupGroup,omitempty"`
 	// Namespace, Pod, PodUID and Name identify it in Kubernetes; empty for
 	// a container the runtime did not create for a pod.
@@ -122,6 +129,26 @@ func (c Container) String() string {
 // Target is the container's cgroup for package cgroupswap.
 func (c Container) Target(cgroupRoot string) cgroupswap.Target {
 	return cgroupswap.Target{Version: c.CgroupVersion, Root: cgroupRoot, Group: c.CgroupGroup, Container: c.String()}
+}
+
+// Targets are all the container's cgroups that hold its limit: the outer
+// one first, if any, then its own (Target).
+func (c Container) Targets(cgroupRoot string) []cgroupswap.Target {
+	own := c.Target(cgroupRoot)
+	if c.OuterCgroupGroup == "" {
+		return []cgroupswap.Target{own}
+	}
+	outer := own
+	outer.Group = c.OuterCgroupGroup
+	return []cgroupswap.Target{outer, own}
+}
+
+// outermost is the container's outermost cgroup.
+func (c Container) outermost() string {
+	if c.OuterCgroupGroup != "" {
+		return c.OuterCgroupGroup
+	}
+	return c.CgroupGroup
 }
 
 // PodTarget is the container's pod's cgroup, if the record has one.
@@ -217,17 +244,23 @@ func (c Container) validate() error {
 	if c.CgroupVersion != 1 && c.CgroupVersion != 2 {
 		return fmt.Errorf("container %s: cgroup version %d is neither 1 nor 2", c, c.CgroupVersion)
 	}
-	if !strings.HasPrefix(c.CgroupGroup, "/") || strings.Contains(c.CgroupGroup, "..") || strings.ContainsRune(c.CgroupGroup, 0) ||
-		filepath.Clean(c.CgroupGroup) != c.CgroupGroup {
+	if !cleanGroup(c.CgroupGroup) {
 		return fmt.Errorf("container %s: cgroup path %q is not a clean absolute path within the hierarchy", c, c.CgroupGroup)
 	}
-	if c.PodCgroupGroup != "" && (c.PodCgroupGroup != filepath.Dir(c.CgroupGroup) || c.PodCgroupGroup == "/") {
-		return fmt.Errorf("container %s: pod cgroup %q is not the parent of its cgroup %q", c, c.PodCgroupGroup, c.CgroupGroup)
+	if c.OuterCgroupGroup != "" && (c.OuterCgroupGroup != filepath.Dir(c.CgroupGroup) || c.OuterCgroupGroup == "/") {
+		return fmt.Errorf("container %s: outer cgroup %q is not the parent of its cgroup %q", c, c.OuterCgroupGroup, c.CgroupGroup)
+	}
+	if c.PodCgroupGroup != "" && (c.PodCgroupGroup != filepath.Dir(c.outermost()) || c.PodCgroupGroup == "/") {
+		return fmt.Errorf("container %s: pod cgroup %q is not the parent of its cgroup %q", c, c.PodCgroupGroup, c.outermost())
 	}
 	if c.PodUID != "" && !limits.IsUID(c.PodUID) {
 		return fmt.Errorf("container %s: pod UID %q is not a Kubernetes UID", c, c.PodUID)
 	}
 	return nil
+}
+
+func cleanGroup(g string) bool {
+	return strings.HasPrefix(g, "/") && !strings.Contains(g, "..") && !strings.ContainsRune(g, 0) && filepath.Clean(g) == g
 }
 
 // Totals is what a container's shares add up to.
@@ -251,33 +284,14 @@ type Totals struct {
 func Sum(dir string) (Totals, error) {
 	var t Totals
 	total := &t.Container
-	entries, err := os.ReadDir(dir)
+	shares, err := readShares(dir)
 	if err != nil {
-		return t, fmt.Errorf("read hook state %s: %w", dir, err)
+		return t, err
 	}
 	var high int64
 	anyHigh := false
-	for _, e := range entries {
-		if !isShareKey(e.Name()) {
-			continue // container.json, temporary files
-		}
-		data, err := readFile(filepath.Join(dir, e.Name()))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return t, err
-		}
-		var s Share
-		if err := json.Unmarshal(data, &s); err != nil {
-			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
-		}
-		if err := s.Validate(); err != nil {
-			return t, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
-		}
-		if total.LimitBytes > limits.MaxSwapBytes-s.LimitBytes {
-			return t, fmt.Errorf("hook state %s/%s: swap limits add up to more than %d", dir, e.Name(), limits.MaxSwapBytes)
-		}
+	for _, ks := range shares {
+		s := ks.share
 		t.Shares++
 		total.LimitBytes += s.LimitBytes
 		if s.HighBytes != nil {
@@ -309,17 +323,24 @@ func Sum(dir string) (Totals, error) {
 	return t, nil
 }
 
-// Shares returns the container's recorded shares by key (see ShareKey),
-// each validated; a share removed while it is read is left out.
-func Shares(dir string) (map[string]Share, error) {
+// keyedShare is a share with its key.
+type keyedShare struct {
+	key   string
+	share Share
+}
+
+// readShares reads the container's shares, each validated, their limits
+// adding up to at most limits.MaxSwapBytes.
+func readShares(dir string) ([]keyedShare, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read hook state %s: %w", dir, err)
 	}
-	shares := map[string]Share{}
+	var out []keyedShare
+	var total int64
 	for _, e := range entries {
 		if !isShareKey(e.Name()) {
-			continue
+			continue // container.json, temporary files
 		}
 		data, err := readFile(filepath.Join(dir, e.Name()))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -335,15 +356,49 @@ func Shares(dir string) (map[string]Share, error) {
 		if err := s.Validate(); err != nil {
 			return nil, fmt.Errorf("hook state %s/%s: %w", dir, e.Name(), err)
 		}
-		shares[e.Name()] = s
+		if total > limits.MaxSwapBytes-s.LimitBytes {
+			return nil, fmt.Errorf("hook state %s/%s: swap limits add up to more than %d", dir, e.Name(), limits.MaxSwapBytes)
+		}
+		total += s.LimitBytes
+		out = append(out, keyedShare{key: e.Name(), share: s})
 	}
-	return shares, nil
+	return out, nil
+}
+
+// Shares returns the container's recorded shares by key (see ShareKey),
+// each validated; a share removed while it is read is left out.
+func Shares(dir string) (map[string]Share, error) {
+	shares, err := readShares(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Share, len(shares))
+	for _, ks := range shares {
+		out[ks.key] = ks.share
+	}
+	return out, nil
 }
 
 // ClaimOf is the UID of the claim whose share key is key.
 func ClaimOf(key string) string {
 	uid, _, _ := strings.Cut(key, ".")
 	return uid
+}
+
+// ClaimLimits returns, for each claim with a share in the container's
+// records, the swap limit its shares give the container (the sum over its
+// allocation results): each claim's part of the container's limit.
+func ClaimLimits(dir string) (map[string]int64, error) {
+	shares, err := readShares(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, ks := range shares {
+		uid, _, _ := strings.Cut(ks.key, ".")
+		out[uid] += ks.share.LimitBytes
+	}
+	return out, nil
 }
 
 // Claims returns the UIDs of the claims that have a share in the

@@ -239,6 +239,19 @@ func TestWriteContainer(t *testing.T) {
 		{name: "trailing slash", change: func(c *Container) { c.CgroupGroup = group + "/" }, wantErr: "not a clean absolute path"},
 		{name: "NUL in group", change: func(c *Container) { c.CgroupGroup = "/kubepods/\x00" }, wantErr: "not a clean absolute path"},
 		{name: "pod group not the parent", change: func(c *Container) { c.PodCgroupGroup = "/kubepods" }, wantErr: "is not the parent"},
+		// crun's systemd driver: the process in the scope's "container"
+		// subgroup, the pod's slice above the scope.
+		{name: "crun's scope and subgroup", change: func(c *Container) {
+			c.CgroupGroup, c.OuterCgroupGroup, c.PodCgroupGroup = group+"/x.scope/container", group+"/x.scope", group
+		}},
+		{name: "crun's scope without a pod budget", change: func(c *Container) {
+			c.CgroupGroup, c.OuterCgroupGroup, c.PodCgroupGroup = group+"/x.scope/container", group+"/x.scope", ""
+		}},
+		{name: "outer group not the parent", change: func(c *Container) { c.OuterCgroupGroup = "/kubepods" }, wantErr: "outer cgroup \"/kubepods\" is not the parent"},
+		{name: "outer group is the root", change: func(c *Container) { c.CgroupGroup, c.OuterCgroupGroup, c.PodCgroupGroup = "/"+cid, "/", "" }, wantErr: "is not the parent"},
+		{name: "pod group the parent of the subgroup, not of the scope", change: func(c *Container) {
+			c.CgroupGroup, c.OuterCgroupGroup, c.PodCgroupGroup = group+"/x.scope/container", group+"/x.scope", group+"/x.scope"
+		}, wantErr: "is not the parent of its cgroup \"" + group + "/x.scope\""},
 		{name: "pod group is the root", change: func(c *Container) { c.CgroupGroup, c.PodCgroupGroup = "/"+cid, "/" }, wantErr: "is not the parent"},
 		{name: "bad pod UID", change: func(c *Container) { c.PodUID = "pod-1" }, wantErr: "not a Kubernetes UID"},
 	}
@@ -415,6 +428,29 @@ func TestSum(t *testing.T) {
 	}
 	if _, err := Sum(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("Sum of a missing directory succeeded")
+	}
+}
+
+// TestClaimLimits: each claim's part of the container's limit, its
+// results' shares added up; what Sum refuses, ClaimLimits refuses too.
+func TestClaimLimits(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), cid)
+	for key, limit := range map[string]int64{claimA: 300, claimB + ".0": 100, claimB + ".1": 50} {
+		if err := Record(dir, key, Share{Settings: swapsettings.Settings{LimitBytes: limit}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(dir, ContainerFile), `{"id":"x"}`)
+	got, err := ClaimLimits(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int64{claimA: 300, claimB: 150}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ClaimLimits = %v, want %v", got, want)
+	}
+	writeFile(t, filepath.Join(dir, claimB+".2"), "{")
+	if got, err := ClaimLimits(dir); err == nil {
+		t.Errorf("ClaimLimits with a malformed share = %v, want an error", got)
 	}
 }
 

@@ -201,7 +201,6 @@ func readCgroupInt(path string) (int64, error) {
 // TestPerRequestReference: a container that references one request of a
 // claim gets that request's swap, not the claim's.
 func TestPerRequestReference(t *testing.T) {
-	hostLegOnly(t, "which request's limit a container gets is decided in prepare, not in the cgroup files (TestContainerLimits covers per-container limits on both)")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	request := func(name string, bytes int64) resourceapi.DeviceRequest {

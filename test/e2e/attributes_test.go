@@ -47,7 +47,6 @@ func TestAttributesMatchHost(t *testing.T) {
 // zram device, then a loop device, which /proc/swaps lists as a partition
 // and whose disk's queue/rotational gives the medium.
 func TestAttributesMatchHostBlockDevices(t *testing.T) {
-	hostLegOnly(t, "how the plugin finds a block device's medium does not depend on the cgroup version")
 	c := loadCluster(t)
 	for _, tc := range []struct {
 		name   string
@@ -238,19 +237,21 @@ func hostAttributes(clusterDir string, nodeLabels map[string]string) (map[resour
 	if st.Type == unix.CGROUP2_SUPER_MAGIC {
 		cgroupVersion = 2
 	}
-	// The cluster's plugin runs its offload loop (the chart's default):
-	// the node offloads where its containers' cgroups have memory.reclaim
-	// and memory.pressure (those of the kubelet's top cgroup).
-	offload := false
+	// The newer swap files of a v2 memory cgroup, read in the kubelet's
+	// own top cgroup (the plugin looks at any child of the root); the
+	// cluster's plugin runs its offload loop (the chart's default), so the
+	// node offloads where that cgroup has memory.reclaim and
+	// memory.pressure.
+	swapPeak, zswapWriteback, offload := false, false, false
 	if cgroupVersion == 2 {
 		for _, top := range []string{"kubepods.slice", "kubepods"} {
 			dir := filepath.Join("/sys/fs/cgroup", top)
-			if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err == nil {
-				_, reclaim := os.Stat(filepath.Join(dir, "memory.reclaim"))
-				_, pressure := os.Stat(filepath.Join(dir, "memory.pressure"))
-				offload = reclaim == nil && pressure == nil
-				break
+			if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err != nil {
+				continue
 			}
+			has := func(file string) bool { _, err := os.Stat(filepath.Join(dir, file)); return err == nil }
+			swapPeak, zswapWriteback = has("memory.swap.peak"), has("memory.zswap.writeback")
+			offload = has("memory.reclaim") && has("memory.pressure")
 		}
 	}
 	behavior, err := kubeletSwapBehavior(filepath.Join(clusterDir, "kubelet", "config.yaml"))
@@ -267,6 +268,8 @@ func hostAttributes(clusterDir string, nodeLabels map[string]string) (map[resour
 		"kernelVersion":  fmt.Sprintf("%d.%d.%d", major, minor, patch),
 		"tmpfsNoswap":    strconv.FormatBool(major > 6 || major == 6 && minor >= 4),
 		"swapLimitExact": strconv.FormatBool(cgroupVersion == 2),
+		"swapPeak":       strconv.FormatBool(swapPeak),
+		"zswapWriteback": strconv.FormatBool(zswapWriteback),
 		"usable":         "true",
 		"offload":        strconv.FormatBool(offload),
 	}

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -251,7 +253,6 @@ func TestContainerLimits(t *testing.T) {
 
 // TestSchedulingByCapacity: the scheduler places swap by the node's offer.
 func TestSchedulingByCapacity(t *testing.T) {
-	hostLegOnly(t, "the scheduler's capacity accounting does not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	offer := c.offer(t)
@@ -319,7 +320,6 @@ func (c *env) waitNoPods(t *testing.T, ns string) {
 
 // TestDeviceClassSelectors: CEL selectors over the published attributes.
 func TestDeviceClassSelectors(t *testing.T) {
-	hostLegOnly(t, "CEL selectors over the device's attributes do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	dev := c.swapDevice(t)
@@ -454,6 +454,116 @@ func TestPluginRestart(t *testing.T) {
 	assertSwapLimit(t, c.report(t, fresh, "worker", "START"), 128*mi)
 }
 
+// TestCheckpointLost: a corrupt checkpoint costs a running swap pod
+// nothing. The restarted plugin sets the file aside and rebuilds its entry
+// from the claim's CDI spec and the API server instead of removing the
+// spec (which the kubelet, holding the claim as prepared, would never ask
+// for again): a killed container comes back with its limit, and deleting
+// the pod unprepares the claim as usual.
+func TestCheckpointLost(t *testing.T) {
+	c := loadCluster(t)
+	ns := c.namespace(t)
+	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
+	const limit = 96 * mi
+	p := c.WorkloadPod(ns, "survivor", map[string]string{"swap": "swap-96"},
+		ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi", Hold: 1800})
+	p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	p = c.waitPod(t, ns, c.createPod(t, p).Name, "running", podTimeout, running)
+	uid := c.claimUID(t, p)
+	if !c.specExists(uid) || !c.checkpointHas(t, uid) {
+		t.Fatalf("claim %s: spec exists %v, checkpointed %v while its pod runs", uid, c.specExists(uid), c.checkpointHas(t, uid))
+	}
+
+	// Cut the checkpoint short, as a crash in the middle of a write by
+	// hand or a disk error would; then restart the plugin.
+	path := filepath.Join(c.dir, "kubelet", "plugins", "dra.swap", "checkpoint.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data[:len(data)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(path + ".unusable") })
+	begin := time.Now()
+	c.restartPlugin(t)
+	t.Logf("plugin restarted on a corrupt checkpoint in %v", time.Since(begin).Round(time.Millisecond))
+	c.waitNodeEvent(t, "CheckpointUnusable", "set aside as "+path+".unusable")
+	if !c.specExists(uid) || !c.checkpointHas(t, uid) {
+		// Go on: what the container then meets is the point.
+		t.Errorf("claim %s after the restart: spec exists %v, checkpointed %v; want the spec kept and the entry rebuilt", uid, c.specExists(uid), c.checkpointHas(t, uid))
+	}
+
+	// Kill the container's process: the kubelet starts it again with the
+	// claim's CDI devices, which must still resolve.
+	version, root, group := c.hostCgroup(t, p, "worker")
+	hierarchy := root
+	if version == 1 {
+		hierarchy = filepath.Join(root, "memory")
+	}
+	procs, err := os.ReadFile(filepath.Join(hierarchy, group, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(procs)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("cgroup.procs: %v", err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Fatalf("kill %d: %v", pid, err)
+		}
+	}
+	killed := time.Now()
+	var stuck string
+	p = c.waitPod(t, ns, p.Name, "the container running again", podTimeout, func(p *corev1.Pod) bool {
+		s := p.Status.ContainerStatuses
+		if len(s) != 1 {
+			return false
+		}
+		if w := s[0].State.Waiting; w != nil && (w.Reason == "CreateContainerError" || w.Reason == "RunContainerError") {
+			stuck = containerState(s[0])
+			return true
+		}
+		return s[0].RestartCount > 0 && s[0].State.Running != nil
+	})
+	if stuck != "" {
+		t.Fatalf("the killed container cannot start again: %s\n%s", stuck, c.podMessages(t, p))
+	}
+	t.Logf("container running again %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if got := c.hostSwapLimit(t, p, "worker"); got != limit {
+		t.Errorf("restarted container: host cgroup swap limit %d, want %d", got, limit)
+	}
+	assertSwapLimit(t, c.restartReport(t, p, "worker"), limit)
+
+	if err := c.client.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitUnprepared(t, uid)
+}
+
+// restartReport waits for the START line of a container's latest run.
+func (c *env) restartReport(t *testing.T, p *corev1.Pod, container string) result {
+	t.Helper()
+	var run int32
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == container {
+			run = s.RestartCount
+		}
+	}
+	var r result
+	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, cluster.Scaled(30*time.Second), true, func(context.Context) (bool, error) {
+		var ok bool
+		var err error
+		r, ok, err = c.RunReport(p, container, "START", run)
+		return ok, err
+	})
+	if err != nil {
+		t.Fatalf("pod %s container %s: no START line in the log of run %d: %v", p.Name, container, run, err)
+	}
+	return r
+}
+
 // hostSwapLimit reads a running container's swap limit from the node's
 // cgroup tree, as the hook wrote it.
 func (c *env) hostSwapLimit(t *testing.T, p *corev1.Pod, container string) int64 {
@@ -478,7 +588,10 @@ func (c *env) hostCgroup(t *testing.T, p *corev1.Pod, container string) (version
 		t.Fatalf("container %s has no ID", container)
 	}
 	return c.findCgroup(t, fmt.Sprintf("container %s (%s) of pod %s", container, id, p.Name), func(name string) bool {
-		return name == id || name == "cri-containerd-"+id+".scope"
+		// runc under containerd (cgroupfs, systemd); crun under CRI-O
+		// (cgroupfs, systemd: the scope, which holds the process's
+		// "container" subgroup and bounds it).
+		return name == id || name == "cri-containerd-"+id+".scope" || name == "crio-"+id || name == "crio-"+id+".scope"
 	})
 }
 
@@ -521,7 +634,6 @@ func (c *env) findCgroup(t *testing.T, what string, match func(name string) bool
 // names it). A pod that asks for more swap devices than a node has waits,
 // and the controller says why.
 func TestTopologyLabelsThroughDownwardAPI(t *testing.T) {
-	hostLegOnly(t, "the controller's labels and the Downward API do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-64", "", 64*mi)

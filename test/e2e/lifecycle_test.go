@@ -116,7 +116,6 @@ func (s *startTimes) latency(name string) (time.Duration, bool) {
 // of them gets its limit without waiting out a kubelet retry, a running
 // pod keeps its limit, and its claim unprepares cleanly afterwards.
 func TestUpgradeUnderLoad(t *testing.T) {
-	hostLegOnly(t, "a rolling update of the plugin (two instances, the hook replaced on the host, released CDI specs) does not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	c.swapTemplate(t, ns, "swap-96", "", 96*mi)
@@ -307,7 +306,6 @@ func (c *env) releaseObjects(t *testing.T) []chartObject {
 // claims stay on the node, where a reinstall picks them up and unprepares
 // them when their pods go.
 func TestUninstallAndReinstall(t *testing.T) {
-	hostLegOnly(t, "what helm uninstall removes and what a reinstall picks up do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	ctx := context.Background()
@@ -468,7 +466,6 @@ func TestUninstallAndReinstall(t *testing.T) {
 // ValidatingAdmissionPolicy, writing one of its own node is allowed, and a
 // token without a node is refused.
 func TestPluginSlicesOwnNodeOnly(t *testing.T) {
-	hostLegOnly(t, "admission of ResourceSlices does not depend on the cgroup version")
 	c := loadCluster(t)
 	ctx := context.Background()
 	plugin := c.pluginPods(t)[0]
@@ -542,7 +539,6 @@ func TestPluginSlicesOwnNodeOnly(t *testing.T) {
 // not; once the controller is back, the reconciler labels the pod bound
 // without the webhook, and invalid config is refused with the reason.
 func TestControllerDown(t *testing.T) {
-	hostLegOnly(t, "webhooks, binding and the reconciler do not depend on the cgroup version")
 	c := loadCluster(t)
 	ns := c.namespace(t)
 	ctx := context.Background()
@@ -608,14 +604,4 @@ func configClaim(ns, name, config string) *resourceapi.ResourceClaim {
 		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(config)}},
 	}}}
 	return cl
-}
-
-// hostLegOnly skips a control-plane test on the emulated node: it runs on
-// the host leg (make e2e), and on the emulated node it would only add
-// minutes to make test (docs/development.md's leg table lists these tests).
-func hostLegOnly(t *testing.T, why string) {
-	t.Helper()
-	if cluster.Emulated() {
-		t.Skipf("runs on the host leg (make e2e) only: %s, and the emulated node takes minutes for it", why)
-	}
 }

@@ -319,7 +319,13 @@ func (c *env) logLimitCounters(t *testing.T) {
 // daemon-reload` writes them back to the cgroup. The NRI plugin put the
 // claim's limit into the container's spec, so the scope's MemorySwapMax is
 // the claim's and the reload keeps it; were it the kubelet's, the verifier
-// would restore it (with an event).
+// would restore it (with an event). crun (CRI-O) takes MemorySwapMax from
+// the spec's linux.resources.memory.swap, which is memory + swap, before
+// its unified memory.swap.max (crun 1.21, get_memory_swap_max), so there
+// the property is the container's memory limit plus the kubelet's swap
+// whatever NRI put in: the cgroup file holds the claim (crun, the hook and
+// the verifier write it), and a reload that writes the property back is
+// the verifier's to restore.
 func TestDaemonReload(t *testing.T) {
 	c := loadCluster(t)
 	if c.Env["CGROUP_DRIVER"] != "systemd" {
@@ -360,7 +366,103 @@ func TestDaemonReload(t *testing.T) {
 	}
 	restored := c.pluginCounter(t, "dra_swap_limit_restored_total", "") - before
 	t.Logf("after daemon-reload: MemorySwapMax=%s; %s; restored %v times", prop(), st, restored)
-	if c.Env["NRI_DISABLE"] != "1" && (st.wrongReads > 0 || prop() != strconv.FormatInt(want, 10)) {
+	if c.runtime() == "crio" {
+		t.Logf("crun's MemorySwapMax is the spec's memory + swap, not the claim's (see above); the file held the claim")
+	} else if c.Env["NRI_DISABLE"] != "1" && (st.wrongReads > 0 || prop() != strconv.FormatInt(want, 10)) {
 		t.Errorf("with NRI, systemd should hold the claim's limit (MemorySwapMax=%d) and the reload change nothing; MemorySwapMax=%s, %s", want, prop(), st)
+	}
+}
+
+// podResetBound is the longest the pod's budget may read anything but the
+// claims' sum after the kubelet's pod-level update: about one pod-watch
+// interval (100 ms) and a check, with room for the emulated node. Without
+// the pod watch the reset lasts until the verifier's next interval pass,
+// anywhere in 0..--verify-interval (10 s).
+const podResetBound = time.Second
+
+// TestPodLevelResize (the systemd cgroup driver): two containers share a
+// claim, so their pod's slice holds the pod's budget. A memory decrease
+// of one container lowers the pod's memory limit too, which the kubelet
+// 1.37 sets on the pod's slice after the containers' updates, over D-Bus;
+// systemd then writes every memory property of the slice again,
+// memory.swap.max=max (the budget gone) among them. The NRI plugin watches
+// the pod after its container update (and after UpdatePodSandbox, which
+// CRI-O sends before the pod's update): a watcher reading the slice's
+// memory.swap.max every millisecond sees the budget gone for less than
+// podResetBound, at each of two decreases (without the watch, each lasts
+// until the verifier's next pass: up to 10 s, under the bound by chance
+// one time in ten).
+func TestPodLevelResize(t *testing.T) {
+	c := loadCluster(t)
+	if c.Env["CGROUP_DRIVER"] != "systemd" {
+		t.Skip("the systemd cgroup driver runs on the v2 node; this node uses " + c.Env["CGROUP_DRIVER"])
+	}
+	if c.Env["NRI_DISABLE"] == "1" {
+		t.Skip("the pod watch is the NRI plugin's; NRI is off")
+	}
+	defer c.logLimitCounters(t)
+	ns := c.namespace(t)
+	const budget = 64 * mi
+	c.swapTemplate(t, ns, "swap-64", "", budget)
+	p := c.createPod(t, c.WorkloadPod(ns, "pod-resized", map[string]string{"s": "swap-64"},
+		ctr{Name: "a", Claims: []string{"s"}, AllocMiB: 1, MemLimit: "128Mi", Hold: 1800},
+		ctr{Name: "b", Claims: []string{"s"}, AllocMiB: 1, MemLimit: "128Mi", Hold: 1800}))
+	p = c.waitPod(t, ns, p.Name, "running", podTimeout, running)
+	uid := string(p.UID)
+	version, root, podGroup := c.findCgroup(t, "the cgroup of pod "+p.Name, func(name string) bool {
+		return strings.HasSuffix(name, "-pod"+strings.ReplaceAll(uid, "-", "_")+".slice")
+	})
+	read := func() (int64, error) { return cgroupswap.ReadLimit(version, root, podGroup) }
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, cluster.Scaled(10*time.Second), true, func(context.Context) (bool, error) {
+		v, err := read()
+		return err == nil && v == budget, nil
+	}); err != nil {
+		v, rerr := read()
+		t.Fatalf("before the resize: the pod's memory.swap.max %d (%v), want the budget %d", v, rerr, budget)
+	}
+	before := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="pod-update"`)
+	for i, mem := range []string{"112Mi", "96Mi"} {
+		w := watchLimit(read, budget)
+		patch := fmt.Sprintf(`{"spec":{"containers":[{"name":"a","resources":{"requests":{"memory":%q},"limits":{"memory":%q}}}]}}`, mem, mem)
+		if _, err := c.client.CoreV1().Pods(ns).Patch(context.Background(), p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+			w.stop()
+			t.Fatalf("resize container a to %s: %v", mem, err)
+		}
+		c.waitPod(t, ns, p.Name, "the resize to "+mem+" applied by the kubelet", podTimeout, memoryResized("a", mem))
+		// The kubelet reports the resize after the pod's update; the
+		// watch is still on, and a reset would be gone within the bound.
+		time.Sleep(2 * podResetBound)
+		st := w.stop()
+		t.Logf("decrease %d, container a to %s: the pod's budget %s", i+1, mem, st)
+		if v, err := read(); err != nil || v != budget {
+			t.Errorf("after the decrease to %s: the pod's memory.swap.max %d (%v), want %d", mem, v, err, budget)
+		}
+		if st.longest > podResetBound {
+			t.Errorf("after the decrease to %s the pod's budget was gone for %v, longer than %v (%s)", mem, st.longest, podResetBound, st)
+		}
+	}
+	restored := c.pluginCounter(t, "dra_swap_limit_restored_total", `trigger="pod-update"`) - before
+	t.Logf("restored after a pod update: %v times", restored)
+	if restored < 1 {
+		t.Errorf("the pod watch restored nothing: did the kubelet's pod update not reset the slice's memory.swap.max? (restored %v)", restored)
+	}
+}
+
+// memoryResized holds once the kubelet reports the container's memory
+// limit as mem and no resize is pending or in progress.
+func memoryResized(container, mem string) func(*corev1.Pod) bool {
+	return func(p *corev1.Pod) bool {
+		for _, cond := range p.Status.Conditions {
+			if (cond.Type == corev1.PodResizePending || cond.Type == corev1.PodResizeInProgress) && cond.Status == corev1.ConditionTrue {
+				return false
+			}
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name == container && s.Resources != nil {
+				m := s.Resources.Limits[corev1.ResourceMemory]
+				return m.Cmp(resource.MustParse(mem)) == 0
+			}
+		}
+		return false
 	}
 }

@@ -27,7 +27,6 @@ import (
 // read-only bind of /sys would leave them writable. Host leg only: the
 // mounts are the runtime's, not the cgroup version's.
 func TestPluginMountsReadOnly(t *testing.T) {
-	hostLegOnly(t, "the mounts are the runtime's (containerd, runc) and the kernel's, not the cgroup version's")
 	c := loadCluster(t)
 	var submounts []string
 	for _, m := range []struct{ fstype, target string }{{"bpf", "/sys/fs/bpf"}, {"tracefs", "/sys/kernel/tracing"}} {

@@ -32,7 +32,7 @@ func TestKubeletAndRuntimeRestart(t *testing.T) {
 	const want = 60 * mi
 	c.swapTemplate(t, ns, "swap-60", "", want)
 	running := c.runningClaimPod(t, ns, "through-restarts", "swap-60", want)
-	for _, component := range []string{"kubelet", "containerd"} {
+	for _, component := range []string{"kubelet", c.runtime()} {
 		t.Logf("%s", strings.TrimSpace(c.script(t, "restart.sh", component)))
 		if got := c.hostSwapLimit(t, running, "worker"); got != want {
 			t.Errorf("after the %s restart: running container's swap limit %d, want %d", component, got, want)
@@ -53,7 +53,7 @@ func TestKubeletAndRuntimeRestart(t *testing.T) {
 		return c.pluginCounter(t, "dra_swap_nri_connected", "") == 1, nil
 	})
 	if err != nil {
-		t.Errorf("the plugin did not register with containerd's NRI socket again after containerd restarted")
+		t.Errorf("the plugin did not register with %s's NRI socket again after %s restarted", c.runtime(), c.runtime())
 	}
 }
 
@@ -182,17 +182,21 @@ func TestWithoutNRI(t *testing.T) {
 	c := loadCluster(t)
 	defer c.logLimitCounters(t)
 	ns := c.namespace(t)
-	cfgPath := filepath.Join(c.dir, "containerd.toml")
+	// The runtime's configuration with NRI turned off: containerd's
+	// plugin disabled, or CRI-O's enable_nri false.
+	cfgPath, section, value := filepath.Join(c.dir, "containerd.toml"), []byte("[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = "), "true"
+	if c.runtime() == "crio" {
+		cfgPath, section, value = filepath.Join(c.dir, "crio", "crio.conf"), []byte("[crio.nri]\nenable_nri = "), "false"
+	}
 	orig, err := os.ReadFile(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	section := []byte("[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = ")
 	i := bytes.Index(orig, section)
 	if i < 0 {
 		t.Fatalf("%s has no NRI section", cfgPath)
 	}
-	off := append(append(append([]byte{}, orig[:i+len(section)]...), "true"...), orig[bytes.IndexByte(orig[i+len(section):], '\n')+i+len(section):]...)
+	off := append(append(append([]byte{}, orig[:i+len(section)]...), value...), orig[bytes.IndexByte(orig[i+len(section):], '\n')+i+len(section):]...)
 	if err := os.WriteFile(cfgPath, off, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +204,7 @@ func TestWithoutNRI(t *testing.T) {
 		if err := os.WriteFile(cfgPath, orig, 0o644); err != nil {
 			t.Error(err)
 		}
-		c.script(t, "restart.sh", "containerd")
+		c.script(t, "restart.sh", c.runtime())
 		if c.Env["NRI_DISABLE"] != "1" {
 			_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
 				return c.pluginCounter(t, "dra_swap_nri_connected", "") == 1, nil
@@ -209,12 +213,12 @@ func TestWithoutNRI(t *testing.T) {
 	})
 	// The socket file outlives the containerd that made it; the plugin
 	// finds no one listening.
-	c.script(t, "restart.sh", "containerd")
+	c.script(t, "restart.sh", c.runtime())
 	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, cluster.Scaled(time.Minute), true, func(context.Context) (bool, error) {
 		return c.pluginCounter(t, "dra_swap_nri_connected", "") == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("dra_swap_nri_connected is still 1 after containerd restarted without NRI")
+		t.Fatalf("dra_swap_nri_connected is still 1 after %s restarted without NRI", c.runtime())
 	}
 
 	const want = 100 * mi

@@ -99,7 +99,6 @@ func getJSON(t *testing.T, url, accept, auth string, v any) string {
 // runs that image, which its node could only have pulled with the
 // Secret's credentials.
 func TestDriverFromPrivateRegistry(t *testing.T) {
-	hostLegOnly(t, "how a node pulls the driver's image does not depend on the cgroup version")
 	c := loadCluster(t)
 	repo := c.Env["DRIVER_REPOSITORY"]
 	path, ok := strings.CutPrefix(repo, c.Registry()+"/")

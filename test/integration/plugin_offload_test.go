@@ -97,6 +97,10 @@ func TestPluginOffloadSupport(t *testing.T) {
 	h.write("sys/fs/cgroup/kubepods.slice/memory.reclaim", "")
 	time.Sleep(500 * time.Millisecond) // several rescans (100 ms)
 	expect(prepare("v2-no-loop", offload), "this node cannot offload: the kubelet plugin runs without its offload loop (--offload-interval=0")
+	expect(prepare("v2-old-zswap", compressedOnly),
+		"spec.devices.config[0].opaque.parameters.zswap: Forbidden: this node cannot keep pages compressed only: the kernel has no memory.zswap.writeback (Linux 6.8 or later)")
+	h.write("sys/fs/cgroup/kubepods.slice/memory.zswap.writeback", "1\n")
+	waitForSlice(t, ctx, client, "memory.zswap.writeback found", func(d *resourceapi.Device) bool { return d != nil && attr(d, "zswapWriteback") == "true" })
 	expect(prepare("v2-zswap-off", compressedOnly),
 		"spec.devices.config[0].opaque.parameters.zswap: Forbidden: this node cannot keep pages compressed only: zswap is disabled")
 }

@@ -220,7 +220,7 @@ func TestPluginPublishesSwap(t *testing.T) {
 	}
 	want := map[resourceapi.QualifiedName]string{
 		"swapBehavior": "NoSwap", "totalBytes": fmt.Sprint(2 * gi), "devices": "1", "medium": "ssd", "zswap": "false",
-		"cgroupVersion": "1", "kernelVersion": "6.1.0", "tmpfsNoswap": "false", "swapLimitExact": "false",
+		"cgroupVersion": "1", "kernelVersion": "6.1.0", "tmpfsNoswap": "false", "swapLimitExact": "false", "swapPeak": "false", "zswapWriteback": "false",
 		"topology.kubernetes.io/zone": "zone-a", "topology.kubernetes.io/region": "region-1", "kubernetes.io/hostname": nodeName,
 	}
 	for name, v := range want {

@@ -52,6 +52,13 @@ const (
 	// limit + claim: global reclaim may swap out up to the memory limit on
 	// top of the claim).
 	AttrSwapLimitExact resourceapi.QualifiedName = "swapLimitExact"
+	// AttrSwapPeak is true where a container can read its peak swap use
+	// from its cgroup (v2 memory.swap.peak, Linux 6.5 and later).
+	AttrSwapPeak resourceapi.QualifiedName = "swapPeak"
+	// AttrZswapWriteback is true where a cgroup can keep zswap from
+	// writing its pages out to the swap device (v2 memory.zswap.writeback,
+	// Linux 6.8 and later).
+	AttrZswapWriteback resourceapi.QualifiedName = "zswapWriteback"
 	// AttrUsable is false on a node that offers no swap.
 	AttrUsable resourceapi.QualifiedName = "usable"
 	// AttrOffload is true where the kubelet plugin offloads the claims

@@ -54,6 +54,8 @@ type Checkpoint struct {
 
 // ClaimInfo is what was prepared for one claim.
 type ClaimInfo struct {
+	// Namespace and Name are the claim's; both empty for an unconfirmed
+	// entry (see Confirmed).
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// LimitBytes is the swap the claim grants (sum of its consumed
@@ -63,6 +65,18 @@ type ClaimInfo struct {
 	EnvLimitBytes int64            `json:"envBytes"`
 	Devices       []PreparedDevice `json:"devices"`
 }
+
+// Confirmed reports whether the entry is one whose claim the API server
+// confirmed: one prepare saved, or one rebuilt from the claim and its CDI
+// spec. An unconfirmed entry (no name) stands for a CDI spec the plugin
+// keeps although the API server has not confirmed which claim it serves
+// (its entry was lost with an unusable checkpoint, see
+// internal/kubeletplugin/prepare.ReconcileSpecs): LimitBytes and the
+// devices' CDIDeviceIDs are the spec's, the rest is unknown. It counts
+// against the offer like any entry, unprepare removes it, and a prepare of
+// its claim confirms it. The format is unchanged by it: older releases
+// read such an entry too.
+func (c ClaimInfo) Confirmed() bool { return c.Name != "" }
 
 // PreparedDevice is one device result returned to the kubelet.
 type PreparedDevice struct {

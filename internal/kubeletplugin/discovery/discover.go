@@ -53,14 +53,12 @@ func Discover(ctx context.Context, opts Options) (Facts, error) {
 	if facts.Zswap, err = zswapEnabled(root); err != nil {
 		return Facts{}, err
 	}
-	if facts.CgroupVersion, facts.SwapControl, err = detectCgroup(root); err != nil {
+	cg, err := detectCgroup(root)
+	if err != nil {
 		return Facts{}, err
 	}
-	if facts.CgroupVersion == 2 {
-		if facts.MemoryReclaim, facts.MemoryPressure, err = offloadFiles(root); err != nil {
-			return Facts{}, err
-		}
-	}
+	facts.CgroupVersion, facts.SwapControl, facts.SwapPeak, facts.ZswapWriteback = cg.version, cg.swapControl, cg.swapPeak, cg.zswapWriteback
+	facts.MemoryReclaim, facts.MemoryPressure = cg.reclaim, cg.pressure
 	kernel, err := readKernelVersion(root)
 	if err != nil {
 		return Facts{}, err

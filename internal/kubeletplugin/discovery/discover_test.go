@@ -144,6 +144,30 @@ func TestDiscover(t *testing.T) {
 			want: func(f *Facts) { f.MemoryReclaim = true },
 		},
 		{
+			name: "cgroup v2 of Linux 6.12: memory.swap.peak and memory.zswap.writeback",
+			setup: func(t *testing.T, h hostTree) {
+				h.write("/sys/fs/cgroup/kubepods.slice/memory.swap.peak", "0\n")
+				h.write("/sys/fs/cgroup/kubepods.slice/memory.zswap.writeback", "1\n")
+			},
+			want: func(f *Facts) { f.SwapPeak, f.ZswapWriteback = true, true },
+		},
+		{
+			name: "cgroup v2 of Linux 6.5: memory.swap.peak only",
+			setup: func(t *testing.T, h hostTree) {
+				h.write("/sys/fs/cgroup/kubepods.slice/memory.swap.peak", "0\n")
+			},
+			want: func(f *Facts) { f.SwapPeak = true },
+		},
+		{
+			name: "cgroup v2: the files of a cgroup without memory.swap.max do not count",
+			setup: func(t *testing.T, h hostTree) {
+				h.remove("/sys/fs/cgroup/kubepods.slice/memory.swap.max")
+				h.write("/sys/fs/cgroup/memory.swap.peak", "0\n")
+				h.write("/sys/fs/cgroup/init.scope/memory.zswap.writeback", "1\n")
+			},
+			want: func(f *Facts) { f.SwapControl = false },
+		},
+		{
 			name: "cgroup v2 without the memory controller",
 			setup: func(t *testing.T, h hostTree) {
 				h.write("/sys/fs/cgroup/cgroup.controllers", "cpuset cpu io pids\n")

@@ -45,6 +45,13 @@ type Facts struct {
 	// SwapControl is true when the cgroup swap control file exists:
 	// memory.memsw.limit_in_bytes (v1) or memory.swap.max (v2).
 	SwapControl bool
+	// SwapPeak is true when a container can read its peak swap use,
+	// memory.swap.peak (cgroup v2, Linux 6.5 and later).
+	SwapPeak bool
+	// ZswapWriteback is true when a cgroup can keep zswap from writing its
+	// pages to the swap device, memory.zswap.writeback (cgroup v2, Linux
+	// 6.8 and later).
+	ZswapWriteback bool
 	// KernelVersion is the running kernel's version as semver
 	// (major.minor.patch), taken from /proc/sys/kernel/osrelease.
 	KernelVersion string

@@ -32,7 +32,7 @@ func TestOpenCheckpoint(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			err := openCheckpoint(ctx, checkpoint.NewStore(path, boot))
+			_, err := openCheckpoint(ctx, checkpoint.NewStore(path, boot))
 			if tc.wantErr != "" {
 				if err == nil || !errors.Is(err, checkpoint.ErrNewerVersion) || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("openCheckpoint = %v, want an error containing %q", err, tc.wantErr)

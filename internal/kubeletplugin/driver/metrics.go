@@ -10,6 +10,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/nri"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
@@ -46,6 +47,8 @@ type Metrics struct {
 	build     *metrics.GaugeVec
 	// kubeletConfigOK is 1 while the kubelet's swap behavior is known.
 	kubeletConfigOK *metrics.Gauge
+	// keptSpecs counts the checkpoint's unconfirmed entries.
+	keptSpecs *metrics.Gauge
 	// claimUsed is registered only when per-claim metrics are on.
 	claimUsed *metrics.GaugeVec
 	// offload are the offload loop's (registered with the loop on).
@@ -88,7 +91,7 @@ func NewMetrics() *Metrics {
 		}),
 		restored: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: "dra_swap", Name: "limit_restored_total",
-			Help: "Container swap limits found different from their claims' sum (rewritten by the kubelet, systemd or a person) and restored, by what found them: update (after a container update, through NRI), interval, nri-synchronize, start-up.", StabilityLevel: metrics.ALPHA,
+			Help: "Container swap limits found different from their claims' sum (rewritten by the kubelet, systemd or a person) and restored, by what found them: update (after a container update, through NRI), pod-update (after an update of the pod's own cgroup, through NRI), interval, nri-synchronize, start-up.", StabilityLevel: metrics.ALPHA,
 		}, []string{"trigger"}),
 		failed: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: "dra_swap", Name: "limit_restore_failures_total",
@@ -124,13 +127,17 @@ func NewMetrics() *Metrics {
 	}, version.MetricLabels())
 	m.claimUsed = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "claim_swap_used_bytes",
-		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
+		Help: "Swap in use by the containers of each prepared claim (v2 memory.swap.current, v1 memsw - memory usage; a container with several claims counts for each with that claim's part of its limit), by claim namespace and name. Only with --claim-usage-metrics: one series per claim.", StabilityLevel: metrics.ALPHA,
 	}, []string{claimNamespaceLabel, "claim"})
 	m.kubeletConfigOK = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "dra_swap", Name: "kubelet_config_readable",
 		Help: "1 while the kubelet's configuration (--kubelet-config, --kubelet-config-dir) is read and gives its swap behavior, 0 while it cannot be read (swapBehavior published as Unknown; the Node has a KubeletConfigUnreadable event saying why).", StabilityLevel: metrics.ALPHA,
 	})
-	all := []metrics.Registerable{m.kubeletConfigOK, m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
+	m.keptSpecs = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "dra_swap", Name: "kept_cdi_specs",
+		Help: "CDI specs of claims kept without a checkpoint entry the API server confirmed (after an unusable checkpoint was set aside): they count against the offer and go when the kubelet unprepares their claims or a later check confirms or removes them (the Node has a CheckpointUnusable or CDISpecsKept event saying why).", StabilityLevel: metrics.ALPHA,
+	})
+	all := []metrics.Registerable{m.kubeletConfigOK, m.keptSpecs, m.requests, m.duration, m.claims, m.allocated, m.offered, m.total, m.used, m.restored, m.failed, m.nri,
 		m.psi, m.psiOK, m.swapUsed, m.tainted, m.statusErr, m.build}
 	m.registry.MustRegister(all...)
 	m.build.WithLabelValues(version.Get().LabelValues()...).Set(1)
@@ -158,9 +165,11 @@ func NewMetrics() *Metrics {
 
 // limitTriggers are what makes the verifier look at the containers' swap
 // limits (limitcheck.Drift.Trigger): internal/kubeletplugin/limitcheck's
-// interval, internal/kubeletplugin/nri's update and nri-synchronize, Run's
-// start-up.
-func limitTriggers() []string { return []string{"interval", "update", "nri-synchronize", "start-up"} }
+// interval, internal/kubeletplugin/nri's update, pod-update and
+// nri-synchronize, Run's start-up.
+func limitTriggers() []string {
+	return []string{"interval", "update", nri.PodUpdateTrigger, "nri-synchronize", "start-up"}
+}
 
 // setPressure shows what the pressure monitor saw and which of its taints
 // are set.
@@ -236,6 +245,8 @@ func (m *Metrics) setNode(offered, total, used int64) {
 	m.total.Set(float64(total))
 	m.used.Set(float64(used))
 }
+
+func (m *Metrics) setKeptSpecs(n int) { m.keptSpecs.Set(float64(n)) }
 
 func (m *Metrics) setKubeletConfigReadable(readable bool) { m.kubeletConfigOK.Set(boolValue(readable)) }
 

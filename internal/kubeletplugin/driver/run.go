@@ -166,6 +166,7 @@ type Plugin struct {
 	emitter     *podevents.Emitter
 	usage       *usageReporter // nil: no per-claim usage metrics
 	offload     *offload.Loop  // nil: no offload loop
+	specs       *specReconciler
 	prefetch    *claimPrefetch
 	driver      *driver
 	// failed receives the first fatal background error of the kubelet
@@ -222,6 +223,7 @@ func New(ctx context.Context, cfg Config, client kubernetes.Interface) (*Plugin,
 	p.buildPrepare(writer, recorder)
 	p.buildLimits(recorder)
 	p.buildPublisher(ctx, recorder, monitor)
+	p.specs = &specReconciler{manager: p.manager, cluster: apiCluster{pods: p.pods, client: client}, events: p.publisher.Reporter, metrics: p.metrics}
 	p.driver = &driver{poolName: cfg.NodeName, manager: p.manager, publisher: p.publisher, metrics: p.metrics, fatal: p.fail,
 		unprepared: p.statuses.unprepared}
 	return p, nil
@@ -397,7 +399,8 @@ func (p *Plugin) startUp(ctx context.Context) error {
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	if err := openCheckpoint(ctx, p.store); err != nil {
+	opened, err := openCheckpoint(ctx, p.store)
+	if err != nil {
 		return err
 	}
 	if err := p.node.start(ctx); err != nil {
@@ -409,7 +412,7 @@ func (p *Plugin) startUp(ctx context.Context) error {
 	if err := p.pods.start(ctx); err != nil {
 		return err
 	}
-	p.sweep(ctx)
+	p.sweep(ctx, opened)
 	return nil
 }
 
@@ -461,20 +464,17 @@ func privateDir(ctx context.Context, dir string) error {
 	return nil
 }
 
-// sweep runs at start-up: the prepared claims' metrics; specs no
-// checkpoint entry owns, hook records of containers that are gone, limits
-// that drifted while no plugin ran.
-func (p *Plugin) sweep(ctx context.Context) {
+// sweep runs at start-up: specs no confirmed checkpoint entry owns
+// (reconciled: rebuilt, removed or kept, see specReconciler), the prepared
+// claims' metrics, hook records of containers that are gone, limits that
+// drifted while no plugin ran.
+func (p *Plugin) sweep(ctx context.Context, opened checkpoint.Opened) {
 	logger := klog.FromContext(ctx)
+	p.specs.startUp(ctx, opened, p.store.Path())
 	if claims, swapBytes, err := p.manager.Prepared(); err != nil {
 		logger.Error(err, "Cannot read the prepared claims for the metrics")
 	} else {
 		p.metrics.setPrepared(claims, swapBytes)
-	}
-	if removed, err := p.manager.RemoveOrphanSpecs(); err != nil {
-		logger.Error(err, "Removing CDI specs that no prepared claim owns")
-	} else if len(removed) > 0 {
-		logger.Info("Removed CDI specs that no prepared claim owns", "claims", removed)
 	}
 	if sum, err := p.verifier.CheckAll(ctx, "start-up", time.Minute); err != nil {
 		logger.Error(err, "Verifying swap limits at start-up", "held", sum.Held, "restored", sum.Restored, "failed", sum.Failed)
@@ -511,6 +511,7 @@ func (p *Plugin) startLoops(ctx context.Context, wg *sync.WaitGroup, helper *kub
 	wg.Go(func() { p.statuses.run(ctx) })
 	wg.Go(func() { p.emitter.Run(ctx, time.Second) })
 	wg.Go(func() { p.verifier.Run(ctx, p.cfg.VerifyInterval) })
+	wg.Go(func() { p.specs.run(ctx, reconcileInterval) })
 	if p.pressure != nil {
 		// Sampling starts with publishing: the writer's monitor, seeded
 		// with the published taints, is the one that decides them.
@@ -551,27 +552,27 @@ func rootOf(o discovery.Options) string {
 }
 
 // openCheckpoint checks the checkpoint at start-up, under its lock. One a
-// newer release wrote is an error: the plugin does not start, since
-// starting empty would remove the CDI specs of every claim it records.
-// Any other unusable one is set aside and the plugin starts empty. Nothing
-// is lost that matters: unprepare removes a claim's spec by its UID
-// whether or not the checkpoint knows the claim. The Manager reads the
-// file on every call after that, so another plugin instance on the node
-// can share it.
-func openCheckpoint(ctx context.Context, store *checkpoint.Store) error {
+// newer release wrote is an error: the plugin does not start. Any other
+// unusable one is set aside and the plugin starts empty; the start-up
+// sweep then rebuilds the entries of the claims whose CDI specs remain
+// from the specs and the API server, and keeps the specs it cannot
+// confirm (specReconciler), so that no running container loses its spec.
+// The Manager reads the file on every call after that, so another plugin
+// instance on the node can share it.
+func openCheckpoint(ctx context.Context, store *checkpoint.Store) (checkpoint.Opened, error) {
 	logger := klog.FromContext(ctx)
 	opened, err := store.Open()
 	switch {
 	case err != nil:
-		return fmt.Errorf("open checkpoint: %w", err)
+		return opened, fmt.Errorf("open checkpoint: %w", err)
 	case opened.Unusable != nil:
-		logger.Error(opened.Unusable, "Checkpoint unusable; starting with no prepared claims", "setAsideAs", opened.SetAside)
+		logger.Error(opened.Unusable, "Checkpoint unusable; starting with no prepared claims, the CDI specs' claims are rebuilt or kept", "setAsideAs", opened.SetAside)
 	case opened.Stale:
 		logger.Info("Checkpoint is from an earlier boot; starting with no prepared claims", "path", store.Path())
 	default:
 		logger.Info("Checkpoint opened", "path", store.Path(), "preparedClaims", opened.Claims)
 	}
-	return nil
+	return opened, nil
 }
 
 // podEventSink records prepare's events on pods.

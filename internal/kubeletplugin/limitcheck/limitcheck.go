@@ -145,9 +145,17 @@ func (v *Verifier) check(ctx context.Context, containerID, trigger string, budge
 	if totals.Shares == 0 {
 		return Held, nil // the hook wrote the container record, not yet a share
 	}
-	outcome, err := v.hold(ctx, c, c.Target(v.CgroupRoot), false, totals.Container, trigger)
-	if outcome == Gone || outcome == Failed {
-		return outcome, err
+	// Every cgroup of the container that holds its limit: crun's scope
+	// bounds the subgroup its process is in, so both must hold it.
+	outcome := Held
+	for _, target := range c.Targets(v.CgroupRoot) {
+		o, err := v.hold(ctx, c, target, false, totals.Container, trigger)
+		if o == Gone || o == Failed {
+			return o, err
+		}
+		if o == Restored {
+			outcome = Restored
+		}
 	}
 	pod, ok := c.PodTarget(v.CgroupRoot)
 	if !ok || podsDone[c.PodCgroupGroup] {
@@ -201,7 +209,7 @@ func (v *Verifier) hold(ctx context.Context, c hookstate.Container, target cgrou
 		v.Reporter.NotRestored(ctx, d, err)
 		return Failed, fmt.Errorf("%s: %w", describe(target), err)
 	}
-	klog.FromContext(ctx).Info("Swap limit restored", "container", c.String(), "containerID", c.ID, "podBudget", pod,
+	klog.FromContext(ctx).Info("Swap limit restored", "container", c.String(), "containerID", c.ID, "podBudget", pod, "cgroup", target.Group,
 		"found", found, "wrote", want.LimitBytes, "trigger", trigger)
 	v.Reporter.Restored(ctx, d)
 	return Restored, nil
@@ -238,6 +246,23 @@ type Summary struct {
 // run when the runtime dies with the container), so records cannot pile
 // up. minAge keeps a container the hook is creating right now.
 func (v *Verifier) CheckAll(ctx context.Context, trigger string, minAge time.Duration) (Summary, error) {
+	return v.checkAll(ctx, trigger, minAge, "")
+}
+
+// CheckPod checks the containers of one pod that have records, and the
+// pod's budget: after an update of the pod's own cgroup (the kubelet's
+// pod-level resize, which makes systemd write every memory property of the
+// pod's slice again, memory.swap.max=max among them). Records of gone
+// containers are left to CheckAll.
+func (v *Verifier) CheckPod(ctx context.Context, podUID, trigger string) (Summary, error) {
+	if podUID == "" {
+		return Summary{}, errors.New("no pod UID")
+	}
+	return v.checkAll(ctx, trigger, 0, podUID)
+}
+
+// checkAll is CheckAll, or CheckPod when podUID is set.
+func (v *Verifier) checkAll(ctx context.Context, trigger string, minAge time.Duration, podUID string) (Summary, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var sum Summary
@@ -269,6 +294,9 @@ func (v *Verifier) CheckAll(ctx context.Context, trigger string, minAge time.Dur
 	podsDone := map[string]bool{}
 	var errs []error
 	for _, id := range ids {
+		if podUID != "" && !v.ofPod(id, podUID) {
+			continue
+		}
 		outcome, err := v.check(ctx, id, trigger, budget, podsDone)
 		switch outcome {
 		case Held:
@@ -279,6 +307,9 @@ func (v *Verifier) CheckAll(ctx context.Context, trigger string, minAge time.Dur
 			sum.Failed++
 			errs = append(errs, err)
 		case Gone:
+			if podUID != "" {
+				continue
+			}
 			removed, err := v.removeStale(id, minAge)
 			if err != nil {
 				errs = append(errs, err)
@@ -288,6 +319,17 @@ func (v *Verifier) CheckAll(ctx context.Context, trigger string, minAge time.Dur
 		}
 	}
 	return sum, errors.Join(errs...)
+}
+
+// ofPod reports whether the container's record names the pod; an
+// unreadable record is no pod's (CheckAll reports it).
+func (v *Verifier) ofPod(id, podUID string) bool {
+	dir, err := hookstate.Dir(v.StateDir, id)
+	if err != nil {
+		return false
+	}
+	c, err := hookstate.ReadContainer(dir)
+	return err == nil && c.PodUID == podUID
 }
 
 func (v *Verifier) removeStale(id string, minAge time.Duration) (bool, error) {

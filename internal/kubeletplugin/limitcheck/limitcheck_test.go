@@ -376,3 +376,92 @@ func TestCheckWhileTheHookWrites(t *testing.T) {
 		t.Errorf("Check after the hook = %s, %v, reports %+v; want held, none", got, err, rep.reports)
 	}
 }
+
+// With crun's systemd driver the container's process is in its scope's
+// "container" subgroup and the scope bounds it: a scope that systemd set
+// back to the kubelet's 0 (its MemorySwapMax, on a daemon-reload) lets
+// the container swap nothing although the subgroup holds the limit. The
+// verifier holds both.
+func TestCheckCrunScope(t *testing.T) {
+	const scope = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podx.slice/crio-0123456789abcdef.scope"
+	for _, tc := range []struct {
+		name            string
+		scope, subgroup string // before the check
+		wantReports     int
+	}{
+		{name: "both held", scope: "67108864", subgroup: "67108864"},
+		{name: "scope reset to the kubelet's 0", scope: "0", subgroup: "67108864", wantReports: 1},
+		{name: "both reset", scope: "0", subgroup: "0", wantReports: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stateDir, root := t.TempDir(), t.TempDir()
+			dir := filepath.Join(stateDir, ctrID)
+			c := hookstate.Container{ID: ctrID, CgroupVersion: 2, CgroupGroup: scope + "/container", OuterCgroupGroup: scope,
+				Namespace: "ns", Pod: "p", PodUID: podUID, Name: "worker"}
+			if err := hookstate.WriteContainer(dir, c); err != nil {
+				t.Fatal(err)
+			}
+			if err := hookstate.Record(dir, claimA, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 64 * mi}}); err != nil {
+				t.Fatal(err)
+			}
+			scopeFile, subFile := filepath.Join(root, scope, "memory.swap.max"), filepath.Join(root, scope, "container", "memory.swap.max")
+			write(t, scopeFile, tc.scope+"\n")
+			write(t, subFile, tc.subgroup+"\n")
+			rep := &fakeReporter{}
+			v := &Verifier{StateDir: stateDir, CgroupRoot: root, Reporter: rep}
+			want := Held
+			if tc.wantReports > 0 {
+				want = Restored
+			}
+			if got, err := v.Check(context.Background(), ctrID, "test"); err != nil || got != want {
+				t.Fatalf("Check = %s, %v; want %s", got, err, want)
+			}
+			if s, c := read(t, scopeFile), read(t, subFile); s != "67108864" || c != "67108864" {
+				t.Errorf("scope %s, subgroup %s; want both 67108864", s, c)
+			}
+			if len(rep.reports) != tc.wantReports {
+				t.Errorf("reports %+v, want %d", rep.reports, tc.wantReports)
+			}
+		})
+	}
+}
+
+// CheckPod, after an update of a pod's own cgroup, holds that pod's budget
+// (systemd wrote max there) and its containers' limits, and touches no
+// other pod's.
+func TestCheckPod(t *testing.T) {
+	const otherPod = "dddddddd-0000-4000-8000-000000000004"
+	root, stateDir := t.TempDir(), t.TempDir()
+	pods := map[string]string{podUID: "/kubepods.slice/kubepods-pod1.slice", otherPod: "/kubepods.slice/kubepods-pod2.slice"}
+	for id, uid := range map[string]string{ctrID: podUID, otherCtr: otherPod} {
+		g := pods[uid] + "/cri-containerd-" + id + ".scope"
+		dir := filepath.Join(stateDir, id)
+		c := hookstate.Container{ID: id, CgroupVersion: 2, CgroupGroup: g, PodCgroupGroup: pods[uid], Namespace: "ns", Pod: id, PodUID: uid, Name: "worker"}
+		if err := hookstate.WriteContainer(dir, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 50 * mi}, PodLimitBytes: ptr.To(100 * mi)}); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(root, g, "memory.swap.max"), fmt.Sprint(50*mi)+"\n")
+		write(t, filepath.Join(root, pods[uid], "memory.swap.max"), "max\n") // the kubelet's pod update, through systemd
+	}
+	rep := &fakeReporter{}
+	v := &Verifier{StateDir: stateDir, CgroupRoot: root, Reporter: rep}
+	sum, err := v.CheckPod(context.Background(), podUID, "pod-update")
+	if err != nil || sum != (Summary{Restored: 1}) {
+		t.Fatalf("CheckPod = %+v, %v; want one container's pod budget restored", sum, err)
+	}
+	if f := read(t, filepath.Join(root, pods[podUID], "memory.swap.max")); f != fmt.Sprint(100*mi) {
+		t.Errorf("the pod's memory.swap.max = %s, want %d", f, 100*mi)
+	}
+	if f := read(t, filepath.Join(root, pods[otherPod], "memory.swap.max")); f != "max" {
+		t.Errorf("the other pod's memory.swap.max = %s, want it untouched", f)
+	}
+	if len(rep.reports) != 1 || !rep.reports[0].pod || rep.reports[0].trigger != "pod-update" {
+		t.Errorf("reports %+v, want one restore of the pod's budget", rep.reports)
+	}
+	if _, err := v.CheckPod(context.Background(), "", "pod-update"); err == nil {
+		t.Error("CheckPod without a pod UID did not fail")
+	}
+}

@@ -16,6 +16,9 @@
 //     an update, so on v1 the value is also set but does not hold).
 //   - PostUpdateContainer: the container is verified (package limitcheck) and
 //     a drifted limit restored, which is what keeps v1 right after a resize.
+//   - PostUpdateContainer, UpdatePodSandbox, PostUpdatePodSandbox: the pod is
+//     watched for a while (podWatch), because the kubelet's update of the
+//     pod's own cgroup, which resets its budget under systemd, follows.
 //   - Synchronize (on every connection): every container is verified.
 //
 // The hook's records say which containers need which limit; the plugin
@@ -55,6 +58,7 @@ const (
 type Verifier interface {
 	Check(ctx context.Context, containerID, trigger string) (limitcheck.Outcome, error)
 	CheckAll(ctx context.Context, trigger string, minAge time.Duration) (limitcheck.Summary, error)
+	CheckPod(ctx context.Context, podUID, trigger string) (limitcheck.Summary, error)
 }
 
 // Observer is told when the runtime registers the plugin or drops it
@@ -85,6 +89,9 @@ type Plugin struct {
 	// same field of a container make the runtime fail its creation. The
 	// new instance registers once the old one is gone.
 	LockPath string
+	// PodWatchInterval and PodWatchWindow: after a pod's update the pod is
+	// checked every interval for window (podWatch; zero: the defaults).
+	PodWatchInterval, PodWatchWindow time.Duration
 
 	connected atomic.Bool
 	status    atomic.Pointer[string]
@@ -203,7 +210,11 @@ func (p *Plugin) lock(ctx context.Context, retry time.Duration) (unlock func(), 
 // ctx ends; registered says whether the registration succeeded.
 func (p *Plugin) serve(ctx context.Context) (registered bool, err error) {
 	closed := make(chan struct{})
-	s, err := stub.New(&handler{p: p}, stub.WithPluginName(Name), stub.WithPluginIdx(Index),
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pods := newPodWatch(p.Verifier, p.PodWatchInterval, p.PodWatchWindow)
+	go pods.run(ctx)
+	s, err := stub.New(&handler{p: p, pods: pods}, stub.WithPluginName(Name), stub.WithPluginIdx(Index),
 		stub.WithSocketPath(p.SocketPath), stub.WithOnClose(func() { close(closed) }),
 		stub.WithLogger(logger{klog.FromContext(ctx)}))
 	if err != nil {
@@ -225,7 +236,10 @@ func (p *Plugin) serve(ctx context.Context) (registered bool, err error) {
 }
 
 // handler implements the stub's event interfaces.
-type handler struct{ p *Plugin }
+type handler struct {
+	p    *Plugin
+	pods *podWatch
+}
 
 func (h *handler) Synchronize(ctx context.Context, _ []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	sum, err := h.p.Verifier.CheckAll(ctx, "nri-synchronize", time.Minute)
@@ -277,10 +291,26 @@ func (h *handler) swapLimit(id string) (int64, bool) {
 	return totals.Container.LimitBytes, true
 }
 
-func (h *handler) PostUpdateContainer(ctx context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+func (h *handler) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	if _, err := h.p.Verifier.Check(ctx, ctr.GetId(), "update"); err != nil {
 		klog.FromContext(ctx).Error(err, "Verifying the swap limit after a container update", "containerID", ctr.GetId())
 	}
+	// For a memory decrease the kubelet updates the pod's cgroup after
+	// its containers.
+	h.pods.touch(ctx, pod.GetUid())
+	return nil
+}
+
+// UpdatePodSandbox comes right before the kubelet updates the pod's own
+// cgroup (CRI-O sends it; containerd 2.2 does not).
+func (h *handler) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, _, _ *api.LinuxResources) error {
+	h.pods.touch(ctx, pod.GetUid())
+	return nil
+}
+
+// PostUpdatePodSandbox, where a runtime sends it, comes after.
+func (h *handler) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	h.pods.touch(ctx, pod.GetUid())
 	return nil
 }
 

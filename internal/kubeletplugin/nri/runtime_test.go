@@ -23,6 +23,7 @@ type fakeVerifier struct {
 	mu     sync.Mutex
 	checks []string
 	all    []string
+	pods   []string
 }
 
 func (f *fakeVerifier) Check(_ context.Context, id, trigger string) (limitcheck.Outcome, error) {
@@ -37,6 +38,26 @@ func (f *fakeVerifier) CheckAll(_ context.Context, trigger string, _ time.Durati
 	defer f.mu.Unlock()
 	f.all = append(f.all, trigger)
 	return limitcheck.Summary{}, nil
+}
+
+func (f *fakeVerifier) CheckPod(_ context.Context, podUID, trigger string) (limitcheck.Summary, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pods = append(f.pods, podUID+"/"+trigger)
+	return limitcheck.Summary{}, nil
+}
+
+// podChecks is how many times the pod was checked.
+func (f *fakeVerifier) podChecks(podUID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, p := range f.pods {
+		if p == podUID+"/"+PodUpdateTrigger {
+			n++
+		}
+	}
+	return n
 }
 
 func (f *fakeVerifier) seen() ([]string, []string) {
@@ -111,7 +132,8 @@ func TestWithTheRuntimeSide(t *testing.T) {
 	ver := &fakeVerifier{}
 	lock := filepath.Join(dir, "nri.lock")
 	observer := &transitions{}
-	p := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: ver, Retry: 50 * time.Millisecond, LockPath: lock, Observer: observer}
+	p := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: ver, Retry: 50 * time.Millisecond, LockPath: lock, Observer: observer,
+		PodWatchInterval: 10 * time.Millisecond, PodWatchWindow: 100 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(ctx) }()
@@ -169,6 +191,29 @@ func TestWithTheRuntimeSide(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("the container is verified after the update", func() bool { checks, _ := ver.seen(); return len(checks) == 1 && checks[0] == "ctr/update" })
+	// The kubelet's update of the pod's own cgroup follows a decrease of
+	// its containers (and resets the pod's budget under systemd): the pod
+	// is watched after PostUpdateContainer, and after the pod sandbox
+	// events where the runtime sends them.
+	waitFor("the pod is watched after the container update", func() bool { return ver.podChecks(pod.Uid) >= 2 })
+	waitFor("the pod's watch ends", func() bool {
+		n := ver.podChecks(pod.Uid)
+		time.Sleep(50 * time.Millisecond)
+		return ver.podChecks(pod.Uid) == n
+	})
+	for name, send := range map[string]func() error{
+		"UpdatePodSandbox": func() error {
+			_, err := runtime.UpdatePodSandbox(ctx, &api.UpdatePodSandboxRequest{Pod: pod, LinuxResources: &api.LinuxResources{Memory: &api.LinuxMemory{Limit: api.Int64(64 * mi)}}})
+			return err
+		},
+		"PostUpdatePodSandbox": func() error { return runtime.PostUpdatePodSandbox(ctx, &api.PostUpdatePodSandboxRequest{Pod: pod}) },
+	} {
+		before := ver.podChecks(pod.Uid)
+		if err := send(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		waitFor("the pod is watched after "+name, func() bool { return ver.podChecks(pod.Uid) >= before+2 })
+	}
 
 	// A second instance (a rolling update) waits for the first's lock
 	// instead of registering beside it: two plugins setting the same

@@ -35,6 +35,8 @@ type SpecWriter interface {
 	Has(claimUID string) (bool, error)
 	// Claims lists the claims that have a spec.
 	Claims() ([]string, error)
+	// Read reads a claim's spec back (cdi.Writer.Read).
+	Read(claimUID string) (cdi.ClaimEdits, error)
 }
 
 // CheckpointStore is the checkpoint that the plugin instances on a node
@@ -143,35 +145,6 @@ type Manager struct {
 // NewManager returns a Manager.
 func NewManager(opts Options, specs SpecWriter, store CheckpointStore, pods PodGetter) *Manager {
 	return &Manager{opts: opts, specs: specs, store: store, pods: pods, decoder: v1alpha1.NewDecoder()}
-}
-
-// RemoveOrphanSpecs removes the CDI specs of claims the checkpoint does
-// not hold (left by a plugin killed between writing a spec and saving the
-// checkpoint, or by a checkpoint set aside as unusable) and returns their
-// claim UIDs. It holds the checkpoint's lock, so a prepare of another
-// plugin instance, which writes its spec and its entry under that lock,
-// is never caught in between.
-func (m *Manager) RemoveOrphanSpecs() ([]string, error) {
-	var removed []string
-	err := m.store.Update(func(cp *checkpoint.Checkpoint) error {
-		uids, err := m.specs.Claims()
-		if err != nil {
-			return err
-		}
-		var errs []error
-		for _, uid := range uids {
-			if _, ok := cp.Claims[types.UID(uid)]; ok {
-				continue
-			}
-			if err := m.specs.Remove(uid); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			removed = append(removed, uid)
-		}
-		return errors.Join(errs...)
-	}, nil)
-	return removed, err
 }
 
 // Prepared reports the number of claims prepared on the node and the swap
@@ -348,8 +321,21 @@ func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *cl
 		if err != nil {
 			return nil, false, report, err
 		}
-		if has {
+		if has && info.Confirmed() {
 			return recordedDevices(info), false, report, nil
+		}
+		if has {
+			// Kept without the API server's confirmation (see
+			// ReconcileSpecs): the claim in hand confirms it when its
+			// spec is what prepare wrote for it, and it is answered as
+			// recorded; else its spec is written anew. Either way it
+			// already counts against the offer.
+			if written, err := m.specs.Read(string(claim.UID)); err == nil {
+				if entry, err := m.rebuiltEntry(plan, written, edits.PodUID); err == nil {
+					cp.Claims[claim.UID] = entry
+					return recordedDevices(entry), false, report, nil
+				}
+			}
 		}
 	} else if err := m.checkOffer(cp, plan); err != nil {
 		return nil, false, report, err
@@ -358,24 +344,26 @@ func (m *Manager) apply(ctx context.Context, cp *checkpoint.Checkpoint, plan *cl
 	if err := m.specs.Write(edits); err != nil {
 		return nil, false, report, err
 	}
-	devices = make([]kubeletplugin.Device, 0, len(plan.results))
-	saved := make([]checkpoint.PreparedDevice, 0, len(plan.results))
-	for _, r := range plan.results {
-		d := kubeletplugin.Device{Requests: []string{r.result.Request}, PoolName: r.result.Pool, DeviceName: r.result.Device,
-			ShareID: r.result.ShareID, CDIDeviceIDs: []string{cdi.DeviceID(string(claim.UID), r.index)}}
-		devices = append(devices, d)
-		saved = append(saved, checkpoint.PreparedDevice{
-			Requests: d.Requests, PoolName: d.PoolName, DeviceName: d.DeviceName, ShareID: d.ShareID, CDIDeviceIDs: d.CDIDeviceIDs,
-		})
-	}
 	var envBytes int64
 	if len(edits.Devices) > 0 {
 		envBytes = edits.Devices[0].EnvLimitBytes
 	}
-	cp.Claims[claim.UID] = checkpoint.ClaimInfo{
-		Namespace: claim.Namespace, Name: claim.Name, LimitBytes: plan.limitBytes, EnvLimitBytes: envBytes, Devices: saved,
+	entry := m.entry(plan, envBytes)
+	cp.Claims[claim.UID] = entry
+	return recordedDevices(entry), !wasPrepared, report, nil
+}
+
+// entry is the checkpoint entry of a prepared claim: a device per result,
+// as returned to the kubelet, and the swap the claim grants; envBytes is
+// its first device's DRA_SWAP_LIMIT_BYTES.
+func (m *Manager) entry(plan *claimPlan, envBytes int64) checkpoint.ClaimInfo {
+	claim := plan.claim
+	saved := make([]checkpoint.PreparedDevice, 0, len(plan.results))
+	for _, r := range plan.results {
+		saved = append(saved, checkpoint.PreparedDevice{Requests: []string{r.result.Request}, PoolName: r.result.Pool, DeviceName: r.result.Device,
+			ShareID: r.result.ShareID, CDIDeviceIDs: []string{cdi.DeviceID(string(claim.UID), r.index)}})
 	}
-	return devices, !wasPrepared, report, nil
+	return checkpoint.ClaimInfo{Namespace: claim.Namespace, Name: claim.Name, LimitBytes: plan.limitBytes, EnvLimitBytes: envBytes, Devices: saved}
 }
 
 func recordedDevices(info checkpoint.ClaimInfo) []kubeletplugin.Device {

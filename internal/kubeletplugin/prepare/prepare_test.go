@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,7 +27,6 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
 const (
@@ -768,39 +766,4 @@ func BenchmarkPrepareBurst(b *testing.B) {
 func testContext(t *testing.T) context.Context {
 	_, ctx := ktesting.NewTestContext(t)
 	return ctx
-}
-
-// TestRemoveOrphanSpecs: at start-up the plugin removes this driver's specs
-// that no checkpoint entry owns (a plugin killed between writing a spec and
-// saving the checkpoint), and keeps prepared claims' specs and other
-// drivers' files.
-func TestRemoveOrphanSpecs(t *testing.T) {
-	e := newEnv(t)
-	ctx := testContext(t)
-	e.pods.pods["ns/pod"] = pod(map[string][]string{"a": {"swap"}}, "swap")
-	if r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{newClaim(uidA, "swap", 300*mi)})[uidA]; r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidB, Devices: []cdi.DeviceEdits{{Settings: swapsettings.Settings{LimitBytes: mi}, EnvLimitBytes: mi}}}); err != nil {
-		t.Fatal(err)
-	}
-	other := filepath.Join(e.specDir, "vendor.example-gpu_"+uidB+".json")
-	if err := os.WriteFile(other, []byte("{}"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	removed, err := e.m.RemoveOrphanSpecs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(removed) != "["+uidB+"]" {
-		t.Errorf("removed %v, want [%s]", removed, uidB)
-	}
-	want := []string{cdi.SpecName(uidA) + ".json", filepath.Base(other)}
-	slices.Sort(want)
-	if got := e.specFiles(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("specs left %v, want %v", got, want)
-	}
-	if removed, err := e.m.RemoveOrphanSpecs(); err != nil || len(removed) != 0 {
-		t.Errorf("second sweep removed %v, %v; want nothing", removed, err)
-	}
 }

@@ -151,6 +151,8 @@ func Support(facts discovery.Facts, p Policy) v1alpha1.NodeSupport {
 	switch {
 	case facts.CgroupVersion != 2:
 		s.CompressedOnly = fmt.Sprintf("it runs cgroup v%d; memory.zswap.writeback needs cgroup v2", facts.CgroupVersion)
+	case !facts.ZswapWriteback:
+		s.CompressedOnly = "the kernel has no memory.zswap.writeback (Linux 6.8 or later)"
 	case !facts.Zswap:
 		s.CompressedOnly = "zswap is disabled (/sys/module/zswap/parameters/enabled; boot with zswap.enabled=1)"
 	}
@@ -160,13 +162,15 @@ func Support(facts discovery.Facts, p Policy) v1alpha1.NodeSupport {
 // attributes are the device attributes every node publishes, usable or not.
 func attributes(facts discovery.Facts, nodeLabels map[string]string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		v1alpha1.AttrSwapBehavior:  {StringValue: ptr.To(facts.SwapBehavior)},
-		v1alpha1.AttrTotalBytes:    {IntValue: ptr.To(facts.TotalBytes)},
-		v1alpha1.AttrDevices:       {IntValue: ptr.To(int64(len(facts.Devices)))},
-		v1alpha1.AttrMedium:        {StringValue: ptr.To(string(facts.Medium))},
-		v1alpha1.AttrZswap:         {BoolValue: ptr.To(facts.Zswap)},
-		v1alpha1.AttrCgroupVersion: {IntValue: ptr.To(int64(facts.CgroupVersion))},
-		v1alpha1.AttrTmpfsNoswap:   {BoolValue: ptr.To(facts.TmpfsNoswap)},
+		v1alpha1.AttrSwapBehavior:   {StringValue: ptr.To(facts.SwapBehavior)},
+		v1alpha1.AttrTotalBytes:     {IntValue: ptr.To(facts.TotalBytes)},
+		v1alpha1.AttrDevices:        {IntValue: ptr.To(int64(len(facts.Devices)))},
+		v1alpha1.AttrMedium:         {StringValue: ptr.To(string(facts.Medium))},
+		v1alpha1.AttrZswap:          {BoolValue: ptr.To(facts.Zswap)},
+		v1alpha1.AttrCgroupVersion:  {IntValue: ptr.To(int64(facts.CgroupVersion))},
+		v1alpha1.AttrTmpfsNoswap:    {BoolValue: ptr.To(facts.TmpfsNoswap)},
+		v1alpha1.AttrSwapPeak:       {BoolValue: ptr.To(facts.SwapPeak)},
+		v1alpha1.AttrZswapWriteback: {BoolValue: ptr.To(facts.ZswapWriteback)},
 		// Only cgroup v2 has a limit on swap alone.
 		v1alpha1.AttrSwapLimitExact: {BoolValue: ptr.To(facts.CgroupVersion == 2)},
 	}

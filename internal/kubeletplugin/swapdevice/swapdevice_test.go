@@ -74,6 +74,7 @@ func usableFacts() discovery.Facts {
 		CgroupVersion: 2,
 		SwapControl:   true,
 		KernelVersion: "6.1.0",
+		SwapPeak:      true,
 		SwapBehavior:  v1alpha1.SwapBehaviorNoSwap,
 		BootID:        "b",
 	}
@@ -125,8 +126,10 @@ func TestDevice(t *testing.T) {
 	if a := dev.Attributes["zswap"]; a.BoolValue == nil || !*a.BoolValue {
 		t.Errorf("zswap = %+v", a)
 	}
-	if a := dev.Attributes["tmpfsNoswap"]; a.BoolValue == nil || *a.BoolValue {
-		t.Errorf("tmpfsNoswap = %+v", a)
+	for name, v := range map[resourceapi.QualifiedName]bool{"tmpfsNoswap": false, "swapPeak": true, "zswapWriteback": false} {
+		if a := dev.Attributes[name]; a.BoolValue == nil || *a.BoolValue != v {
+			t.Errorf("%s = %+v, want %v", name, a, v)
+		}
 	}
 	if a := dev.Attributes["kernelVersion"]; a.VersionValue == nil || *a.VersionValue != "6.1.0" {
 		t.Errorf("kernelVersion = %+v", a)
@@ -259,7 +262,7 @@ func TestSwapLimitExactAttribute(t *testing.T) {
 func TestSupport(t *testing.T) {
 	capable := func() discovery.Facts {
 		f := usableFacts()
-		f.MemoryReclaim, f.MemoryPressure = true, true
+		f.MemoryReclaim, f.MemoryPressure, f.ZswapWriteback = true, true, true
 		return f
 	}
 	tests := []struct {
@@ -277,6 +280,8 @@ func TestSupport(t *testing.T) {
 			offload: "its cgroups have no memory.pressure: pressure stall information is off (boot with psi=1)"},
 		{name: "the loop off", facts: func(*discovery.Facts) {}, noLoop: true,
 			offload: "the kubelet plugin runs without its offload loop (--offload-interval=0; the chart's kubeletPlugin.offload.interval)"},
+		{name: "no memory.zswap.writeback", facts: func(f *discovery.Facts) { f.ZswapWriteback = false },
+			compressedOnly: "the kernel has no memory.zswap.writeback (Linux 6.8 or later)"},
 		{name: "zswap off", facts: func(f *discovery.Facts) { f.Zswap = false },
 			compressedOnly: "zswap is disabled (/sys/module/zswap/parameters/enabled; boot with zswap.enabled=1)"},
 	}

@@ -194,6 +194,25 @@ func (c *Cluster) Report(p *corev1.Pod, container, kind string) (r Result, ok bo
 	return r, true, nil
 }
 
+// RunReport is Report of one run of a container: the first is 0, a
+// restart's the kubelet's restart count (its log file <run>.log).
+func (c *Cluster) RunReport(p *corev1.Pod, container, kind string, run int32) (r Result, ok bool, err error) {
+	for _, f := range c.ContainerLogFiles(p, container) {
+		if filepath.Base(f) != fmt.Sprintf("%d.log", run) {
+			continue
+		}
+		line, ok := findLine(f, kind+" ")
+		if !ok {
+			continue
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return r, true, fmt.Errorf("pod %s container %s run %d: %s line %q: %w", p.Name, container, run, kind, line, err)
+		}
+		return r, true, nil
+	}
+	return r, false, nil
+}
+
 func (c *Cluster) logLine(p *corev1.Pod, container, prefix string) (string, bool) {
 	for _, f := range c.ContainerLogFiles(p, container) {
 		if line, ok := findLine(f, prefix); ok {
