@@ -423,3 +423,103 @@ func densityFailure(ctx context.Context, c *cluster.Cluster, ns string, names []
 	}
 	return ""
 }
+
+// offloadLoopStats are the plugin's offload loop figures at one time.
+type offloadLoopStats struct {
+	containers, passes, passSeconds, reclaimed float64
+}
+
+// pluginMetrics scrapes the kubelet plugin on the cluster's node.
+func pluginMetrics(ctx context.Context, c *cluster.Cluster) (string, error) {
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.Node})
+	if err != nil {
+		return "", err
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if strings.Contains(p.Name, "kubeletplugin") && p.Status.Phase == corev1.PodRunning {
+			return scrapeMetrics(ctx, p)
+		}
+	}
+	return "", fmt.Errorf("no running kubelet plugin pod on node %s", c.Node)
+}
+
+// loopStats reads the offload loop's figures from the plugin's metrics.
+func loopStats(ctx context.Context, c *cluster.Cluster) (offloadLoopStats, error) {
+	page, err := pluginMetrics(ctx, c)
+	if err != nil {
+		return offloadLoopStats{}, err
+	}
+	var s offloadLoopStats
+	for line := range strings.Lines(page) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case name == "dra_swap_offload_containers":
+			s.containers = v
+		case name == "dra_swap_offload_pass_duration_seconds_count":
+			s.passes = v
+		case name == "dra_swap_offload_pass_duration_seconds_sum":
+			s.passSeconds = v
+		case strings.HasPrefix(name, "dra_swap_offload_reclaimed_bytes_total{"):
+			s.reclaimed += v
+		}
+	}
+	return s, nil
+}
+
+// startOffloading runs n small hot/cold pods whose claims ask for offload
+// on the cluster's node and waits until the plugin's loop drives them all
+// and has reclaimed from them.
+func startOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, ns string, n int) offloadLoopStats {
+	t := cluster.SwapTemplate(ns, "offloaded", "", 24<<20)
+	t.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: v1alpha1.DriverName, Parameters: runtime.RawExtension{
+			Raw: []byte(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","offload":{"maxStallPercent":1}}`)}},
+	}}}
+	if _, err := c.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, t, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for i := range n {
+		p := c.WorkloadPod(ns, fmt.Sprintf("offloaded-%02d", i), map[string]string{"swap": "offloaded"},
+			cluster.Container{Name: "worker", Claims: []string{"swap"}, MemLimit: "48Mi"})
+		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+		k := &p.Spec.Containers[0]
+		k.Env = append(k.Env, corev1.EnvVar{Name: "HOT_MIB", Value: "8"}, corev1.EnvVar{Name: "COLD_MIB", Value: "16"},
+			corev1.EnvVar{Name: "REPORT_SECONDS", Value: "60"})
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var s offloadLoopStats
+	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, cluster.Scaled(5*time.Minute), true, func(ctx context.Context) (bool, error) {
+		var err error
+		s, err = loopStats(ctx, c)
+		return err == nil && s.containers >= float64(n) && s.reclaimed > 0, nil
+	}); err != nil {
+		b.Fatalf("the offload loop drives %.0f of the %d offloaded pods' containers and reclaimed %.0f bytes: %v", s.containers, n, s.reclaimed, err)
+	}
+	return s
+}
+
+// reportOffloading says what the loop did while the pods were measured.
+func reportOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, before offloadLoopStats, n int, report *strings.Builder) {
+	after, err := loopStats(ctx, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	passes := after.passes - before.passes
+	mean := 0.0
+	if passes > 0 {
+		mean = (after.passSeconds - before.passSeconds) / passes * 1000
+	}
+	fmt.Fprintf(report, "meanwhile the offload loop drove %.0f containers (%d pods with offload claims): %.0f passes of %.2f ms mean, %.1f MiB reclaimed\n",
+		after.containers, n, passes, mean, (after.reclaimed-before.reclaimed)/(1<<20))
+	b.ReportMetric(mean, "offload-pass-ms")
+}

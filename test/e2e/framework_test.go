@@ -59,6 +59,8 @@ var guestTests = map[string]string{
 	"TestKubeletAndRuntimeRestart":    "the runtime's restart, as a systemd unit, and NRI's reconnection",
 	"TestWithoutNRI":                  "the runtime without NRI",
 	"TestPressureTaints":              "the kubepods cgroup's PSI (v2 only; its swap-full part runs on this host's node only)",
+	"TestOffload":                     "the offload loop: a v2 container's memory.pressure and memory.reclaim",
+	"TestExamples":                    "the examples that need cgroup v2 (swap-config, offload, compressed-only); the others run on this host's node only",
 }
 
 func loadCluster(t *testing.T) *env {
