@@ -214,7 +214,7 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 			Claims: c, Pods: c, APIReader: direct, Client: direct, Nodes: nodes, Policy: cfg.Policy, Patched: metrics.podPatched,
 		}}))
 		srv.Register(swapwebhook.ConfigPath, swapwebhook.Bounded(&admission.Webhook{Handler: &swapwebhook.ConfigValidator{
-			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes,
+			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes, Support: nodes,
 		}}))
 		if err := mgr.AddReadyzCheck("webhook", webhookReady(certs, srv.StartedChecker())); err != nil {
 			return err
