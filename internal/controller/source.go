@@ -113,7 +113,10 @@ func (n Nodes) Support(ctx context.Context) (webhook.NodeSupport, error) {
 				continue
 			}
 			out.Nodes++
-			is := func(name resourceapi.QualifiedName) bool { a := d.Attributes[name]; return a.BoolValue != nil && *a.BoolValue }
+			is := func(name resourceapi.QualifiedName) bool {
+				a := d.Attributes[name]
+				return a.BoolValue != nil && *a.BoolValue
+			}
 			if is(v1alpha1.AttrOffload) {
 				out.Offload++
 			}

@@ -61,7 +61,7 @@ func (c *specsCluster) GetPod(_ context.Context, namespace, name string, uid typ
 type specsNodeInfo struct{}
 
 func (specsNodeInfo) Support() v1alpha1.NodeSupport { return v1alpha1.NodeSupport{CgroupVersion: 2} }
-func (specsNodeInfo) Offer() int64       { return -1 }
+func (specsNodeInfo) Offer() int64                  { return -1 }
 
 // swapPod is a pod on the node whose container uses the claim of the same
 // name (a pod and a claim per index).
