@@ -235,6 +235,25 @@ bench-e2e:
 	hack/cluster/up.sh
 	set -o pipefail; trap 'hack/cluster/down.sh' EXIT; BENCH_REPORT=$(CURDIR)/_output/bench-e2e.txt $(GO) test -run='^$$' -bench=BenchmarkPodStartup -benchtime=1x -timeout 30m ./test/e2e/ | grep -vE '^\s*$$'; cat $(CURDIR)/_output/bench-e2e.txt
 
+## bench-offload: what offload saves, on the two-node cluster's cgroup v2
+## node (the emulated guest): from this host, BenchmarkOffload runs the
+## hot/cold workload without a claim, with a claim and with an offload claim
+## side by side (BENCH_OFFLOAD_* set its sizes, rounds and budget) and the
+## density with and without offload (BENCH_DENSITY_*); in the guest,
+## BenchmarkPodStartup with BENCH_OFFLOAD_PODS pods offloading. Reports in
+## _output/bench-nodes.txt and _output/bench-guest.txt. Not in make test;
+## over an hour of emulation. On a shared machine, under the e2e lock.
+## The guest gets 3 GiB of swap: the density's offloaded copies hold their
+## cold memory there.
+BENCH_OFFLOAD_PODS ?= 20
+BENCH_ROUNDS ?= 10
+GUEST_SWAP_MIB ?= 3072
+bench-offload:
+	@mkdir -p _output
+	E2E_PHASES="guest nodes" E2E_RUN='^$$' E2E_BENCH='^BenchmarkOffload$$' E2E_GUEST_BENCH='^BenchmarkPodStartup$$' GUEST_SWAP_MIB=$(GUEST_SWAP_MIB) \
+		BENCH_OFFLOAD_PODS=$(BENCH_OFFLOAD_PODS) BENCH_ROUNDS=$(BENCH_ROUNDS) hack/e2e-cluster.sh
+	@cat _output/bench-nodes.txt _output/bench-guest.txt
+
 ## bench-scale: the scale harness (test/scale): a real etcd, kube-apiserver,
 ## kube-scheduler and dra-swap-controller with simulated nodes, at each
 ## NODES:PODS of SCALE_RUNS (pods per mode: no claim, no-op claim, swap

@@ -31,6 +31,11 @@
 # says nothing.
 #   E2E=skip          skip, explicitly
 #   E2E_RUN=regexp    run only the matching tests (go test -run) in each phase
+#   E2E_BENCH=regexp  also run the matching benchmarks once in the nodes phase
+#                     (from this host; report in _output/bench-nodes.txt)
+#   E2E_GUEST_BENCH=regexp  the same in the guest phase, on the guest
+#                     (_output/bench-guest.txt); the BENCH_* variables go along
+#   GUEST_SWAP_MIB    the guest's swap file (default 768)
 #   E2E_PHASES        which phases run (default "host guest nodes"; the guest
 #                     boots for "guest" or "nodes")
 #   E2E_SKIP_BUILD=1  use what hack/e2e-build.sh and hack/guest/build.sh built
@@ -87,6 +92,10 @@ for layout in images images-upgrade; do
 done
 link_or_copy _output/e2e.test "$share/e2e.test"
 printf '%s' "${E2E_RUN:-}" > "$share/run-filter"
+# E2E_GUEST_BENCH: the benchmarks the guest runs too (go test -bench, once),
+# with the BENCH_* settings.
+printf '%s' "${E2E_GUEST_BENCH:-}" > "$share/bench-filter"
+env | grep -E '^BENCH_[A-Z_]+=' | sed 's/^/export /' > "$share/bench.env" || true
 
 tap=dra-swap-tap0 host_ip=10.200.0.1 guest_ip=10.200.0.2
 host_pods=10.88.0.0/16 guest_pods=10.89.0.0/16
@@ -113,7 +122,7 @@ trap cluster_down EXIT
 cat > "$share/node.env" <<ENV
 export CLUSTER_ROLE=node NODE_NAME=$guest_node NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip NODE_PKI=/share/pki \\
 	POD_CIDR=$guest_pods PEER_NODE_IP=$host_ip PEER_POD_CIDR=$host_pods \\
-	SWAP_BEHAVIOR=NoSwap SWAP_SIZE_MIB=768 NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1 CHART_FROM_REGISTRY=1 \
+	SWAP_BEHAVIOR=NoSwap SWAP_SIZE_MIB=${GUEST_SWAP_MIB:-768} NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1 CHART_FROM_REGISTRY=1 \
 	CONTAINER_RUNTIME=$GUEST_RUNTIME
 ENV
 cat > "$share/run.sh" <<'RUN'
@@ -151,7 +160,11 @@ rc=0
 if [ -f /share/run-guest-suite ]; then
 	cd test/e2e
 	filter=$(cat /share/run-filter)
-	/share/e2e.test -test.v -test.timeout 40m -test.skip '^TestTwoNodes' ${filter:+-test.run "$filter"} || rc=$?
+	bench=$(cat /share/bench-filter)
+	# shellcheck disable=SC1091
+	source /share/bench.env
+	BENCH_REPORT=/share/bench-guest.txt /share/e2e.test -test.v -test.timeout "$([ -n "$bench" ] && echo 120m || echo 40m)" -test.skip '^TestTwoNodes' \
+		${filter:+-test.run "$filter"} ${bench:+-test.bench "$bench" -test.benchtime 1x} || rc=$?
 	cd /share/repo
 fi
 /share/repo/hack/cluster/logs.sh 60 > /share/cluster-logs.txt 2>&1 || true
@@ -252,7 +265,9 @@ if has_phase guest || has_phase nodes; then
 	echo "e2e-cluster: phase guest: $guest_node boots, joins and runs its tests on cgroup v2 ($GUEST_RUNTIME)"
 	for attempt in 1 2; do
 		rm -f "$share"/{node-suite-rc,poweroff}
-		GUEST_TAP=$tap hack/guest/run.sh "$share" "${E2E_V2_TIMEOUT:-3600}" > _output/e2e-v2.log 2>&1 &
+		# zswap on: the v2 node keeps swapped pages compressed first, as
+		# production nodes do (compressed-only claims need it).
+		GUEST_APPEND="zswap.enabled=1 ${GUEST_APPEND:-}" GUEST_TAP=$tap hack/guest/run.sh "$share" "${E2E_V2_TIMEOUT:-3600}" > _output/e2e-v2.log 2>&1 &
 		guest=$!
 		# Until the guest's suite is done (or the guest stopped).
 		while kill -0 "$guest" 2>/dev/null && [ ! -f "$share/node-suite-rc" ]; do sleep 2; done
@@ -269,6 +284,7 @@ if has_phase guest || has_phase nodes; then
 		echo "e2e-cluster: the emulator stopped running the guest before its suite finished (no heartbeat; _output/e2e-v2.stalled*.log):" \
 			"that is no result of the suite, so the guest boots once more"
 	done
+	[ ! -f "$share/bench-guest.txt" ] || cp "$share/bench-guest.txt" _output/bench-guest.txt
 	if [ -f "$share/node-suite-rc" ]; then
 		echo "e2e-cluster: phase guest took $((SECONDS - t)) s (suite exit $(cat "$share/node-suite-rc"); its log follows at the end)"
 	else
@@ -280,7 +296,8 @@ nodes_rc=0
 if has_phase nodes && [ -f "$share/node-suite-rc" ]; then
 	t=$SECONDS
 	echo "e2e-cluster: phase nodes: the two-node tests, from this host"
-	TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_GUEST_SHARE=$share suite _output/e2e-nodes.log -test.run "${E2E_RUN:-^TestTwoNodes}" || nodes_rc=1
+	TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_GUEST_SHARE=$share BENCH_REPORT=$PWD/_output/bench-nodes.txt suite _output/e2e-nodes.log \
+		-test.run "${E2E_RUN:-^TestTwoNodes}" ${E2E_BENCH:+-test.bench "$E2E_BENCH" -test.benchtime 1x -test.timeout 120m} || nodes_rc=1
 	echo "e2e-cluster: phase nodes took $((SECONDS - t)) s ($([ "$nodes_rc" = 0 ] && echo ok || echo FAIL); full log: _output/e2e-nodes.log)"
 	[ "$nodes_rc" = 0 ] || rc=1
 elif has_phase nodes; then

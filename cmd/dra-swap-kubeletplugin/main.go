@@ -27,6 +27,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/commandline"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 )
 
@@ -49,11 +50,12 @@ type options struct {
 	// swapFullPercent and swapFullClearPercent are the swap-full
 	// thresholds as percentages (what helm's --set passes as integers).
 	swapFullPercent, swapFullClearPercent float64
+	offloadMaxPass                        string
 }
 
 // run runs the plugin, or prints its version on stdout with --version.
 func run(args []string, stdout io.Writer) error {
-	o := options{cfg: driver.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig()}}
+	o := options{cfg: driver.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig(), Offload: offload.DefaultParams()}}
 	if done, err := commandline.Parse(name, o.flagSet(), args, stdout); done || err != nil {
 		return err
 	}
@@ -112,6 +114,9 @@ func (o *options) flagSet() *pflag.FlagSet {
 	fs.DurationVar(&p.SetAfter, "pressure-set-after", p.SetAfter, "How long a condition must hold before its taint is set.")
 	fs.DurationVar(&p.ClearAfter, "pressure-clear-after", p.ClearAfter, "How long a condition must be gone before its taint is cleared.")
 	fs.BoolVar(&o.cfg.ClaimUsageMetrics, "claim-usage-metrics", false, "Export dra_swap_claim_swap_used_bytes{claim_namespace,claim}, the swap in use by each prepared claim's containers: one series per claim.")
+	fs.DurationVar(&o.cfg.OffloadInterval, "offload-interval", 6*time.Second, "How often the offload loop reads the memory pressure (PSI) of the containers whose claims ask for offload (SwapConfig offload) and has the kernel reclaim a step of their memory into their swap while the stall is within the claim's budget; the stall is measured over this interval. 0 turns offload off: such claims then fail to prepare on this node, and its device's offload attribute is false.")
+	fs.Int64Var(&o.cfg.Offload.MaxStepPercent, "offload-max-step-percent", o.cfg.Offload.MaxStepPercent, "The offload loop's largest step, as a percentage of a container's memory.current, taken when its stall is 0 (less the nearer the stall is to the budget).")
+	fs.StringVar(&o.offloadMaxPass, "offload-max-pass", "256Mi", "The most memory one pass of the offload loop has the kernel reclaim on the node (quantity); the containers past it wait for the next pass.")
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "Queries per second to the API server, for the claim reads of the kubelet's calls and, with a rate limiter of their own, for events and claim status writes.")
 	fs.IntVar(&o.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	fs.StringVar(&o.cfg.MetricsAddress, "metrics-address", "", "Serve Prometheus metrics at http://ADDRESS/metrics, readiness (registered with the kubelet) at /readyz and liveness (the plugin runs) at /healthz; disabled when empty.")
@@ -134,6 +139,9 @@ func (o *options) complete() error {
 	o.cfg.Pressure.SwapFullThreshold, o.cfg.Pressure.SwapFullClear = o.swapFullPercent/100, o.swapFullClearPercent/100
 	if err := o.cfg.Policy.Validate(); err != nil {
 		return fmt.Errorf("what the node offers (--overcommit-ratio, --reserved, --default-request, --unsafe-offer-swap-under): %w", err)
+	}
+	if o.cfg.OffloadMaxPassBytes, err = parseBytes("--offload-max-pass", o.offloadMaxPass); err != nil {
+		return err
 	}
 	return nil
 }

@@ -51,6 +51,11 @@ kubeletPlugin:
   # TestPressureTaints turns them on with short dwell times (driver.sh set).
   pressure:
     interval: 0s
+  # TestOffload sees a container's cold memory offloaded within seconds:
+  # a pass every 2s, steps of up to 10% of memory.current.
+  offload:
+    interval: 2s
+    maxStepPercent: 10
   logVerbosity: 4
 controller:
   logVerbosity: 4

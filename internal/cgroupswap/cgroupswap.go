@@ -69,8 +69,8 @@ func Apply(t Target, s swapsettings.Settings) error {
 }
 
 func applyV1(t Target, s swapsettings.Settings) error {
-	if s.HighBytes != nil || s.Zswap != swapsettings.ZswapUnchanged {
-		return fmt.Errorf("%s: memory.swap.high and memory.zswap.max exist only on cgroup v2", t.what())
+	if s.HighBytes != nil || s.Zswap != swapsettings.ZswapUnchanged || s.ZswapWritebackOff {
+		return fmt.Errorf("%s: memory.swap.high, memory.zswap.max and memory.zswap.writeback exist only on cgroup v2", t.what())
 	}
 	mem := cgroup1.NewMemory(t.Root)
 	dir := mem.Path(t.Group)
@@ -141,6 +141,11 @@ func applyV2(t Target, s swapsettings.Settings) error {
 		}
 		if err := writeFile(filepath.Join(dir, "memory.zswap.max"), value); err != nil {
 			return fmt.Errorf("%s: %w (zswap control needs Linux 5.19 or later)", t.what(), err)
+		}
+	}
+	if s.ZswapWritebackOff {
+		if err := writeFile(filepath.Join(dir, "memory.zswap.writeback"), "0"); err != nil {
+			return fmt.Errorf("%s: %w (memory.zswap.writeback needs Linux 6.8 or later)", t.what(), err)
 		}
 	}
 	return nil

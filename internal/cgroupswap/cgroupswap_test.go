@@ -51,6 +51,7 @@ func v2Tree(t *testing.T) (root, dir string) {
 	write(t, filepath.Join(dir, "memory.swap.max"), "0\n")
 	write(t, filepath.Join(dir, "memory.swap.high"), "max\n")
 	write(t, filepath.Join(dir, "memory.zswap.max"), "max\n")
+	write(t, filepath.Join(dir, "memory.zswap.writeback"), "1\n")
 	return root, dir
 }
 
@@ -70,6 +71,7 @@ func TestApplyV1(t *testing.T) {
 		{name: "overflow", memLimit: "4611686018427387000", settings: swapsettings.Settings{LimitBytes: math.MaxInt64 - 1000}, wantErr: "overflows"},
 		{name: "v2 knob", memLimit: "134217728", settings: swapsettings.Settings{HighBytes: ptr.To[int64](1)}, wantErr: "only on cgroup v2"},
 		{name: "v2 zswap", memLimit: "134217728", settings: swapsettings.Settings{Zswap: swapsettings.ZswapOff}, wantErr: "only on cgroup v2"},
+		{name: "v2 zswap writeback", memLimit: "134217728", settings: swapsettings.Settings{ZswapWritebackOff: true}, wantErr: "only on cgroup v2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,7 +124,9 @@ func TestApplyV2(t *testing.T) {
 		{name: "limit", settings: swapsettings.Settings{LimitBytes: 314572800}, wantFiles: map[string]string{"memory.swap.max": "314572800", "memory.swap.high": "max", "memory.zswap.max": "max"}},
 		{name: "high and zswap off", settings: swapsettings.Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80), Zswap: swapsettings.ZswapOff},
 			wantFiles: map[string]string{"memory.swap.max": "100", "memory.swap.high": "80", "memory.zswap.max": "0"}},
-		{name: "zswap on", settings: swapsettings.Settings{LimitBytes: 100, Zswap: swapsettings.ZswapOn}, wantFiles: map[string]string{"memory.zswap.max": "max"}},
+		{name: "zswap on", settings: swapsettings.Settings{LimitBytes: 100, Zswap: swapsettings.ZswapOn}, wantFiles: map[string]string{"memory.zswap.max": "max", "memory.zswap.writeback": "1"}},
+		{name: "compressed only", settings: swapsettings.Settings{LimitBytes: 100, ZswapWritebackOff: true, OffloadMaxStall: ptr.To[int32](5)},
+			wantFiles: map[string]string{"memory.swap.max": "100", "memory.zswap.max": "max", "memory.zswap.writeback": "0"}},
 		{name: "swappiness", settings: swapsettings.Settings{LimitBytes: 1, Swappiness: ptr.To[uint64](1)}, wantErr: "no per-cgroup swappiness"},
 	}
 	for _, tc := range tests {
@@ -156,6 +160,11 @@ func TestApplyV2Missing(t *testing.T) {
 	root, dir = v2Tree(t)
 	os.Remove(filepath.Join(dir, "memory.zswap.max"))
 	if err := Apply(Target{Version: 2, Root: root, Group: group, Container: "c"}, swapsettings.Settings{Zswap: swapsettings.ZswapOff}); err == nil || !strings.Contains(err.Error(), "5.19") {
+		t.Fatalf("error = %v", err)
+	}
+	root, dir = v2Tree(t)
+	os.Remove(filepath.Join(dir, "memory.zswap.writeback"))
+	if err := Apply(Target{Version: 2, Root: root, Group: group, Container: "c"}, swapsettings.Settings{ZswapWritebackOff: true}); err == nil || !strings.Contains(err.Error(), "6.8") {
 		t.Fatalf("error = %v", err)
 	}
 }

@@ -218,7 +218,7 @@ func Run(ctx context.Context, restConfig *rest.Config, cfg Config) error {
 			Patches: patches, Patched: metrics.podPatched, Deferred: metrics.labelsDeferred,
 		}))
 		mux.Register(swapwebhook.ConfigPath, reviews.Handler(&swapwebhook.ConfigValidator{
-			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes,
+			Decoder: v1alpha1.NewDecoder(), Classes: c, Offers: nodes, Support: nodes,
 		}))
 		srv := &webhookServer{addr: webhookAddress(cfg.WebhookHost, cfg.WebhookPort), handler: mux.WebhookMux(), certDir: cfg.CertDir}
 		if certs != nil {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
@@ -91,6 +92,40 @@ func (n Nodes) Node(ctx context.Context, name string) (podlabels.Node, error) {
 // node's plugin published.
 func trusted(s *resourceapi.ResourceSlice) bool {
 	return s.Spec.Driver == v1alpha1.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != "" && s.Spec.Pool.Name == *s.Spec.NodeName
+}
+
+// Support counts the nodes whose swap device says they offload, and those
+// that can keep pages compressed only (webhook.SupportSource).
+func (n Nodes) Support(ctx context.Context) (webhook.NodeSupport, error) {
+	slices, err := driverSlices(ctx, n.Reader)
+	if err != nil {
+		return webhook.NodeSupport{}, err
+	}
+	var out webhook.NodeSupport
+	for i := range slices {
+		s := &slices[i]
+		if !trusted(s) {
+			continue
+		}
+		for j := range s.Spec.Devices {
+			d := &s.Spec.Devices[j]
+			if d.Name != v1alpha1.DeviceName {
+				continue
+			}
+			out.Nodes++
+			is := func(name resourceapi.QualifiedName) bool {
+				a := d.Attributes[name]
+				return a.BoolValue != nil && *a.BoolValue
+			}
+			if is(v1alpha1.AttrOffload) {
+				out.Offload++
+			}
+			if is(v1alpha1.AttrZswap) && is(v1alpha1.AttrZswapWriteback) {
+				out.CompressedOnly++
+			}
+		}
+	}
+	return out, nil
 }
 
 // LargestOffer is the largest swap capacity any node's device offers.

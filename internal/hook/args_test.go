@@ -41,6 +41,14 @@ func TestFormatArgs(t *testing.T) {
 				"--swap-high=858993459", "--zswap=off", "--swappiness=10", "--result-index=0", "--pod-uid=" + podUID, "--pod-swap-limit=1610612736"},
 		},
 		{
+			name: "compressed only and offload",
+			cfg:  spec,
+			req: Request{ClaimUID: claimA, ResultIndex: 2, PodUID: podUID, Share: share(swapsettings.Settings{LimitBytes: 1 << 30,
+				ZswapWritebackOff: true, OffloadMaxStall: ptr[int32](50)}, nil)},
+			want: []string{"--swap-limit=1073741824", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook",
+				"--result-index=2", "--pod-uid=" + podUID, "--zswap-writeback=off", "--offload-max-stall=50"},
+		},
+		{
 			name: "limit only",
 			cfg:  spec,
 			req:  Request{ClaimUID: claimB, ResultIndex: 1, Share: share(swapsettings.Settings{LimitBytes: 5 << 20}, nil)},

@@ -33,6 +33,9 @@ func FuzzParseArgs(f *testing.F) {
 		{"--swap-limit=1", "--claim-uid=" + claimB, "--result-index=-1"},
 		{"--swap-limit=1", "--claim-uid=" + claimB, "--pod-uid=pod"},
 		{"--cleanup", "--claim-uid=" + claimA, "--result-index=0"},
+		{"--swap-limit=1", "--claim-uid=" + claimB, "--zswap-writeback=off", "--offload-max-stall=50"},
+		{"--swap-limit=1", "--claim-uid=" + claimB, "--offload-max-stall=0"},
+		{"--swap-limit=1", "--claim-uid=" + claimB, "--zswap-writeback=on"},
 		// poststop.
 		{"--cleanup", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook"},
 		// The test-only flags, and the separate-value flag syntax.
@@ -97,11 +100,11 @@ func FuzzParseArgs(f *testing.F) {
 // writes back to the same configuration and request.
 func FuzzFormatArgs(f *testing.F) {
 	for _, seed := range []struct {
-		cleanup, high, swappy, pod, podLimit, roots bool
-		limit, highV, podLimitV                     int64
-		zswap, swappyV                              uint8
-		index                                       int16
-		stateDir                                    string
+		cleanup, high, swappy, pod, podLimit, roots, writebackOff, offload bool
+		limit, highV, podLimitV                                            int64
+		zswap, swappyV                                                     uint8
+		index, offloadV                                                    int16
+		stateDir                                                           string
 	}{
 		{limit: 314572800, index: -1, stateDir: DefaultStateDir},
 		{cleanup: true, index: -1, stateDir: DefaultStateDir},
@@ -109,10 +112,14 @@ func FuzzFormatArgs(f *testing.F) {
 		{high: true, limit: limits.MaxSwapBytes, highV: limits.MaxSwapBytes, zswap: 1, index: limits.MaxResultIndex, roots: true, stateDir: "/var/lib/x"},
 		{swappy: true, swappyV: 100, index: 7, podLimit: true, podLimitV: limits.MaxSwapBytes, stateDir: "/"},
 		{limit: -5, highV: -1, zswap: 255, swappyV: 255, index: -32768, stateDir: "relative/../x"},
+		{limit: 1 << 30, writebackOff: true, offload: true, offloadV: 50, index: 0, stateDir: DefaultStateDir},
+		{offload: true, offloadV: -32768, stateDir: DefaultStateDir},
 	} {
-		f.Add(seed.cleanup, seed.high, seed.swappy, seed.pod, seed.podLimit, seed.roots, seed.limit, seed.highV, seed.podLimitV, seed.zswap, seed.swappyV, seed.index, seed.stateDir)
+		f.Add(seed.cleanup, seed.high, seed.swappy, seed.pod, seed.podLimit, seed.roots, seed.writebackOff, seed.offload, seed.limit, seed.highV, seed.podLimitV,
+			seed.zswap, seed.swappyV, seed.index, seed.offloadV, seed.stateDir)
 	}
-	f.Fuzz(func(t *testing.T, cleanup, high, swappy, pod, podLimit, roots bool, limit, highV, podLimitV int64, zswap, swappyV uint8, index int16, stateDir string) {
+	f.Fuzz(func(t *testing.T, cleanup, high, swappy, pod, podLimit, roots, writebackOff, offload bool, limit, highV, podLimitV int64,
+		zswap, swappyV uint8, index, offloadV int16, stateDir string) {
 		cfg := SpecConfig(filepath.Join("/", stateDir)) // clean and absolute, as ParseArgs wants it
 		if roots {
 			cfg.ProcRoot, cfg.CgroupRoot = "/host/proc", "/host/sys/fs/cgroup"
@@ -138,6 +145,10 @@ func FuzzFormatArgs(f *testing.F) {
 			}
 			if podLimit {
 				req.Share.PodLimitBytes = ptr(inRange(podLimitV, limits.MaxSwapBytes))
+			}
+			s.ZswapWritebackOff = writebackOff
+			if offload {
+				s.OffloadMaxStall = ptr(int32(inRange(int64(offloadV), swapsettings.MaxOffloadMaxStall-1) + 1))
 			}
 		}
 		args := FormatArgs(cfg, req)
@@ -190,7 +201,8 @@ func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 	}
 	s := req.Share
 	if req.Cleanup {
-		if s.LimitBytes != 0 || s.HighBytes != nil || s.Zswap != swapsettings.ZswapUnchanged || s.Swappiness != nil || s.PodLimitBytes != nil || req.PodUID != "" || req.ResultIndex != -1 {
+		if s.LimitBytes != 0 || s.HighBytes != nil || s.Zswap != swapsettings.ZswapUnchanged || s.Swappiness != nil || s.PodLimitBytes != nil || req.PodUID != "" || req.ResultIndex != -1 ||
+			s.ZswapWritebackOff || s.OffloadMaxStall != nil {
 			t.Errorf("ParseArgs(%q) accepted limits with --cleanup: %+v", args, req)
 		}
 		return
@@ -209,6 +221,9 @@ func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 	}
 	if !s.Zswap.Valid() {
 		t.Errorf("ParseArgs(%q) accepted zswap %s", args, s.Zswap)
+	}
+	if s.OffloadMaxStall != nil && (*s.OffloadMaxStall < swapsettings.MinOffloadMaxStall || *s.OffloadMaxStall > swapsettings.MaxOffloadMaxStall) {
+		t.Errorf("ParseArgs(%q) accepted offload budget %d", args, *s.OffloadMaxStall)
 	}
 }
 
@@ -236,6 +251,12 @@ func diffParsed(cfg1 Config, req1 Request, cfg2 Config, req2 Request) string {
 	}
 	if (a.PodLimitBytes == nil) != (b.PodLimitBytes == nil) || a.PodLimitBytes != nil && *a.PodLimitBytes != *b.PodLimitBytes {
 		return "pod swap limit"
+	}
+	if a.ZswapWritebackOff != b.ZswapWritebackOff {
+		return "zswap writeback"
+	}
+	if (a.OffloadMaxStall == nil) != (b.OffloadMaxStall == nil) || a.OffloadMaxStall != nil && *a.OffloadMaxStall != *b.OffloadMaxStall {
+		return "offload budget"
 	}
 	return ""
 }

@@ -99,6 +99,11 @@ func (r Request) ShareKey() string { return hookstate.ShareKey(r.ClaimUID, r.Res
 //	--pod-uid=UID               the pod the claim is granted to; containers of other pods are refused
 //	--pod-swap-limit=BYTES      the pod's swap budget, when its containers share a claim
 //
+// Release v0.2.0 also adds, to the createRuntime form:
+//
+//	--zswap-writeback=off       cgroup v2 memory.zswap.writeback = 0 (SwapConfig zswap CompressedOnly)
+//	--offload-max-stall=N       the claim's offload budget in hundredths of a percent (1..10000), recorded for the plugin's offload loop
+//
 // --proc-root and --cgroup-root are for tests; specs do not set them.
 //
 // Release v0.2.0 also adds `dra-swap-hook --version` (the only argument),
@@ -107,7 +112,7 @@ func (r Request) ShareKey() string { return hookstate.ShareKey(r.ClaimUID, r.Res
 func ParseArgs(args []string) (Config, Request, error) {
 	cfg := Config{}
 	var req Request
-	var limit, high, swappiness, zswap, resultIndex, podLimit string
+	var limit, high, swappiness, zswap, resultIndex, podLimit, writeback, offload string
 	fs := flag.NewFlagSet("dra-swap-hook", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&limit, "swap-limit", "", "swap limit in bytes")
@@ -118,6 +123,8 @@ func ParseArgs(args []string) (Config, Request, error) {
 	fs.StringVar(&resultIndex, "result-index", "", "index of the claim's allocation result")
 	fs.StringVar(&req.PodUID, "pod-uid", "", "UID of the only pod the claim's swap is granted to")
 	fs.StringVar(&podLimit, "pod-swap-limit", "", "swap budget of the container's pod in bytes")
+	fs.StringVar(&writeback, "zswap-writeback", "", "off: cgroup v2 memory.zswap.writeback = 0")
+	fs.StringVar(&offload, "offload-max-stall", "", "the claim's offload budget in hundredths of a percent of wall time")
 	fs.BoolVar(&req.Cleanup, "cleanup", false, "remove the container's state (poststop)")
 	fs.StringVar(&cfg.StateDir, "state-dir", DefaultStateDir, "directory of per-container state")
 	fs.StringVar(&cfg.ProcRoot, "proc-root", DefaultProcRoot, "procfs mount")
@@ -141,7 +148,8 @@ func ParseArgs(args []string) (Config, Request, error) {
 		}
 	}
 	if req.Cleanup {
-		if limit != "" || high != "" || zswap != "" || swappiness != "" || resultIndex != "" || req.PodUID != "" || podLimit != "" {
+		if limit != "" || high != "" || zswap != "" || swappiness != "" || resultIndex != "" || req.PodUID != "" || podLimit != "" ||
+			writeback != "" || offload != "" {
 			return cfg, req, errors.New("--cleanup takes no limits")
 		}
 		req.ResultIndex = -1
@@ -188,6 +196,24 @@ func ParseArgs(args []string) (Config, Request, error) {
 		u := uint64(v)
 		s.Swappiness = &u
 	}
+	switch writeback {
+	case "":
+	case "off":
+		s.ZswapWritebackOff = true
+	default:
+		return cfg, req, fmt.Errorf("--zswap-writeback %q must be off", writeback)
+	}
+	if offload != "" {
+		v, err := parseNumber("--offload-max-stall", offload, swapsettings.MaxOffloadMaxStall)
+		if err != nil {
+			return cfg, req, err
+		}
+		if v < swapsettings.MinOffloadMaxStall {
+			return cfg, req, fmt.Errorf("--offload-max-stall %q must be a whole number from %d to %d", offload, swapsettings.MinOffloadMaxStall, swapsettings.MaxOffloadMaxStall)
+		}
+		b := int32(v)
+		s.OffloadMaxStall = &b
+	}
 	return cfg, req, nil
 }
 
@@ -222,6 +248,12 @@ func FormatArgs(cfg Config, req Request) []string {
 		}
 		if req.Share.PodLimitBytes != nil {
 			args = append(args, "--pod-swap-limit="+strconv.FormatInt(*req.Share.PodLimitBytes, 10))
+		}
+		if s.ZswapWritebackOff {
+			args = append(args, "--zswap-writeback=off")
+		}
+		if s.OffloadMaxStall != nil {
+			args = append(args, "--offload-max-stall="+strconv.FormatInt(int64(*s.OffloadMaxStall), 10))
 		}
 	}
 	if cfg.ProcRoot != DefaultProcRoot {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 )
 
 const (
@@ -58,6 +59,7 @@ func newNode(t testing.TB, version int) *node {
 		w(filepath.Join(n.dir, "memory.swap.max"), "0\n")
 		w(filepath.Join(n.dir, "memory.swap.high"), "max\n")
 		w(filepath.Join(n.dir, "memory.zswap.max"), "max\n")
+		w(filepath.Join(n.dir, "memory.zswap.writeback"), "1\n")
 	}
 	return n
 }
@@ -156,6 +158,34 @@ func TestV2Knobs(t *testing.T) {
 	}
 }
 
+// TestCompressedOnlyAndOffload: a claim that keeps pages compressed only
+// turns the container's zswap writeback off; an offload budget is
+// recorded for the plugin's loop and writes nothing.
+func TestCompressedOnlyAndOffload(t *testing.T) {
+	n := newNode(t, 2)
+	n.t = t
+	if err := n.run("--swap-limit=1000", "--claim-uid="+claimA, "--result-index=0", "--zswap-writeback=off", "--offload-max-stall=50"); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{"memory.swap.max": "1000", "memory.zswap.max": "max", "memory.zswap.writeback": "0"} {
+		if got := n.file(file); got != want {
+			t.Errorf("%s = %s, want %s", file, got, want)
+		}
+	}
+	totals, err := hookstate.Sum(filepath.Join(n.state, cid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := totals.Container; !s.ZswapWritebackOff || s.OffloadMaxStall == nil || *s.OffloadMaxStall != 50 {
+		t.Errorf("the container's records sum to %+v, want zswap writeback off and an offload budget of 50", s)
+	}
+	v1 := newNode(t, 1)
+	v1.t = t
+	if err := v1.run("--swap-limit=1048576", "--claim-uid="+claimA, "--zswap-writeback=off"); err == nil || !strings.Contains(err.Error(), "memory.zswap.writeback exist only on cgroup v2") {
+		t.Errorf("zswap writeback on v1: %v", err)
+	}
+}
+
 func TestV1Swappiness(t *testing.T) {
 	n := newNode(t, 1)
 	n.t = t
@@ -218,6 +248,11 @@ func TestRejectsBadInput(t *testing.T) {
 		{name: "pod limit above the largest swap value", args: []string{"--swap-limit=10", "--claim-uid=" + claimA, "--pod-uid=3f2e1d0c-9b8a-4766-8554-433221100fed", "--pod-swap-limit=1125899906842625"}, wantErr: "--pod-swap-limit"},
 		{name: "high above limit", args: []string{"--swap-limit=10", "--swap-high=11", "--claim-uid=" + claimA}, wantErr: "--swap-high"},
 		{name: "bad zswap", args: []string{"--swap-limit=10", "--zswap=maybe", "--claim-uid=" + claimA}, wantErr: "--zswap"},
+		{name: "zswap writeback on", args: []string{"--swap-limit=10", "--zswap-writeback=on", "--claim-uid=" + claimA}, wantErr: `--zswap-writeback "on" must be off`},
+		{name: "offload budget 0", args: []string{"--swap-limit=10", "--offload-max-stall=0", "--claim-uid=" + claimA}, wantErr: "--offload-max-stall \"0\" must be a whole number from 1 to 10000"},
+		{name: "offload budget above 100 %", args: []string{"--swap-limit=10", "--offload-max-stall=10001", "--claim-uid=" + claimA}, wantErr: "--offload-max-stall"},
+		{name: "offload budget as a percentage", args: []string{"--swap-limit=10", "--offload-max-stall=0.5", "--claim-uid=" + claimA}, wantErr: "--offload-max-stall"},
+		{name: "cleanup with offload", args: []string{"--cleanup", "--claim-uid=" + claimA, "--offload-max-stall=5"}, wantErr: "--cleanup takes no limits"},
 		{name: "swappiness 101", args: []string{"--swap-limit=10", "--swappiness=101", "--claim-uid=" + claimA}, wantErr: "--swappiness"},
 		{name: "path as uid", args: []string{"--swap-limit=10", "--claim-uid=../../etc"}, wantErr: "not a Kubernetes UID"},
 		{name: "negative result index", args: []string{"--swap-limit=10", "--claim-uid=" + claimA, "--result-index=-1"}, wantErr: "--result-index"},

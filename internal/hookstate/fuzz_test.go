@@ -94,6 +94,8 @@ func FuzzSum(f *testing.F) {
 		{`{}`, `null`, true},
 		{`{"swapLimit":1}` + strings.Repeat(" ", maxFileBytes), ``, false},
 		{`{`, `[]`, true},
+		{`{"swapLimit":1,"zswapWritebackOff":true,"offloadMaxStall":50}`, `{"swapLimit":2,"offloadMaxStall":10}`, true},
+		{`{"swapLimit":1,"offloadMaxStall":0}`, `{"swapLimit":2,"zswapWritebackOff":false}`, true},
 	} {
 		f.Add([]byte(seed.a), []byte(seed.b), seed.two)
 	}
@@ -166,6 +168,9 @@ func checkTotals(t *testing.T, total Totals, shares int) {
 	if p := total.PodLimitBytes; p != nil && (*p < 0 || *p > limits.MaxSwapBytes) {
 		t.Fatalf("Sum = pod swap limit %d, outside 0..%d", *p, limits.MaxSwapBytes)
 	}
+	if p := c.OffloadMaxStall; p != nil && (*p < swapsettings.MinOffloadMaxStall || *p > swapsettings.MaxOffloadMaxStall) {
+		t.Fatalf("Sum = offload budget %d", *p)
+	}
 }
 
 // combine is Sum's documented rule for two sums of one share each; ok is
@@ -200,6 +205,11 @@ func combine(a, b Totals) (Totals, bool) {
 	out.PodLimitBytes = a.PodLimitBytes
 	if b.PodLimitBytes != nil && (a.PodLimitBytes == nil || *b.PodLimitBytes > *a.PodLimitBytes) {
 		out.PodLimitBytes = b.PodLimitBytes
+	}
+	out.Container.ZswapWritebackOff = x.ZswapWritebackOff || y.ZswapWritebackOff
+	out.Container.OffloadMaxStall = x.OffloadMaxStall
+	if y.OffloadMaxStall != nil && (x.OffloadMaxStall == nil || *y.OffloadMaxStall < *x.OffloadMaxStall) {
+		out.Container.OffloadMaxStall = y.OffloadMaxStall
 	}
 	return out, true
 }

@@ -278,8 +278,9 @@ type Totals struct {
 
 // Sum combines the container's recorded shares: limits add up; swap.high
 // adds up over the shares that set it, counting the others at their limit;
-// zswap is off if any share turns it off; swappiness is the lowest asked;
-// the pod's limit is the largest recorded.
+// zswap is off if any share turns it off, and so is its writeback;
+// swappiness and the offload budget are the lowest asked; the pod's limit
+// is the largest recorded.
 func Sum(dir string) (Totals, error) {
 	var t Totals
 	total := &t.Container
@@ -305,6 +306,11 @@ func Sum(dir string) (Totals, error) {
 		if s.Swappiness != nil && (total.Swappiness == nil || *s.Swappiness < *total.Swappiness) {
 			v := *s.Swappiness
 			total.Swappiness = &v
+		}
+		total.ZswapWritebackOff = total.ZswapWritebackOff || s.ZswapWritebackOff
+		if s.OffloadMaxStall != nil && (total.OffloadMaxStall == nil || *s.OffloadMaxStall < *total.OffloadMaxStall) {
+			v := *s.OffloadMaxStall
+			total.OffloadMaxStall = &v
 		}
 		if s.PodLimitBytes != nil && (t.PodLimitBytes == nil || *s.PodLimitBytes > *t.PodLimitBytes) {
 			v := *s.PodLimitBytes
@@ -357,6 +363,26 @@ func readShares(dir string) ([]keyedShare, error) {
 		out = append(out, keyedShare{key: e.Name(), share: s})
 	}
 	return out, nil
+}
+
+// Shares returns the container's recorded shares by key (see ShareKey),
+// each validated; a share removed while it is read is left out.
+func Shares(dir string) (map[string]Share, error) {
+	shares, err := readShares(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Share, len(shares))
+	for _, ks := range shares {
+		out[ks.key] = ks.share
+	}
+	return out, nil
+}
+
+// ClaimOf is the UID of the claim whose share key is key.
+func ClaimOf(key string) string {
+	uid, _, _ := strings.Cut(key, ".")
+	return uid
 }
 
 // ClaimLimits returns, for each claim with a share in the container's

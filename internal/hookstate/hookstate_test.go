@@ -376,6 +376,11 @@ func TestSum(t *testing.T) {
 			want: Totals{Container: swapsettings.Settings{Swappiness: ptr.To[uint64](10)}, Shares: 3}},
 		{name: "largest pod limit", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 1}, PodLimitBytes: ptr.To[int64](300)}, claimB: {Settings: swapsettings.Settings{LimitBytes: 2}, PodLimitBytes: ptr.To[int64](100)}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 3}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: 6}, PodLimitBytes: ptr.To[int64](300), Shares: 3}},
+		{name: "writeback off if any share turns it off; the lowest offload budget", shares: map[string]Share{
+			claimA: {Settings: swapsettings.Settings{LimitBytes: 1, OffloadMaxStall: ptr.To[int32](50)}},
+			claimB: {Settings: swapsettings.Settings{LimitBytes: 2, ZswapWritebackOff: true, OffloadMaxStall: ptr.To[int32](10)}}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 3}}},
+			want: Totals{Container: swapsettings.Settings{LimitBytes: 6, ZswapWritebackOff: true, OffloadMaxStall: ptr.To[int32](10)}, Shares: 3}},
+		{name: "offload budget 0", files: map[string]string{claimA: `{"swapLimit":1,"offloadMaxStall":0}`}, wantErr: "offload max stall"},
 		{name: "largest sum", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes - 1}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 1}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes}, Shares: 2}},
 		{name: "other files are skipped", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 7}}},
@@ -453,6 +458,35 @@ func TestClaimLimits(t *testing.T) {
 func shareString(t Totals) string {
 	data, _ := json.Marshal(t)
 	return string(data)
+}
+
+// TestShares: each recorded share by its key, validated; other files
+// left out; ClaimOf names a key's claim.
+func TestShares(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), cid)
+	a := Share{Settings: swapsettings.Settings{LimitBytes: 100, OffloadMaxStall: ptr.To[int32](50)}}
+	b := Share{Settings: swapsettings.Settings{LimitBytes: 200, ZswapWritebackOff: true}, PodLimitBytes: ptr.To[int64](300)}
+	for key, s := range map[string]Share{claimA: a, claimB + ".1": b} {
+		if err := Record(dir, key, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(dir, ContainerFile), `{"id":"x"}`)
+	writeFile(t, filepath.Join(dir, ".tmp-1"), "{partial")
+	got, err := Shares(dir)
+	if want := map[string]Share{claimA: a, claimB + ".1": b}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Shares = %+v, %v; want %+v", got, err, want)
+	}
+	if ClaimOf(claimB+".1") != claimB || ClaimOf(claimA) != claimA {
+		t.Errorf("ClaimOf(%q) = %q, ClaimOf(%q) = %q", claimB+".1", ClaimOf(claimB+".1"), claimA, ClaimOf(claimA))
+	}
+	writeFile(t, filepath.Join(dir, claimB+".2"), `{"swapLimit":1,"offloadMaxStall":10001}`)
+	if _, err := Shares(dir); err == nil || !strings.Contains(err.Error(), "offload max stall 10001") {
+		t.Errorf("Shares with an invalid share: %v", err)
+	}
+	if _, err := Shares(filepath.Join(dir, "missing")); err == nil {
+		t.Error("Shares of a missing directory succeeded")
+	}
 }
 
 func TestList(t *testing.T) {

@@ -21,6 +21,13 @@ import (
 // MaxSwappiness is the largest cgroup v1 memory.swappiness.
 const MaxSwappiness = 100
 
+// Bounds of OffloadMaxStall, in hundredths of a percent of wall time
+// (the contract's v1alpha1.StallPercent).
+const (
+	MinOffloadMaxStall = 1
+	MaxOffloadMaxStall = 10000
+)
+
 // Settings is what a container's cgroup gets: from one claim's allocation
 // result (a share), or from all of a container's shares summed. The JSON
 // form is the hook's record of a share (internal/hookstate), which outlives
@@ -37,11 +44,22 @@ type Settings struct {
 	// Swappiness, if set, is cgroup v1 memory.swappiness (0 to
 	// MaxSwappiness).
 	Swappiness *uint64 `json:"swappiness,omitempty"`
+	// ZswapWritebackOff sets cgroup v2 memory.zswap.writeback to 0: the
+	// container's swapped-out pages stay compressed in zswap and never
+	// reach the swap device (SwapConfig zswap CompressedOnly).
+	ZswapWritebackOff bool `json:"zswapWritebackOff,omitempty"`
+	// OffloadMaxStall, if set, asks the kubelet plugin's offload loop to
+	// move the container's cold memory into swap while its memory stall
+	// stays within this budget, in hundredths of a percent of wall time
+	// (MinOffloadMaxStall to MaxOffloadMaxStall; SwapConfig offload). The
+	// hook records it and writes nothing for it.
+	OffloadMaxStall *int32 `json:"offloadMaxStall,omitempty"`
 }
 
 // Validate checks every value against its bounds: the limit within
 // 0..limits.MaxSwapBytes, swap.high within 0..the limit, a known zswap
-// value and swappiness within 0..MaxSwappiness.
+// value, swappiness within 0..MaxSwappiness and the offload budget within
+// MinOffloadMaxStall..MaxOffloadMaxStall.
 func (s Settings) Validate() error {
 	if s.LimitBytes < 0 || s.LimitBytes > limits.MaxSwapBytes {
 		return fmt.Errorf("swap limit %d out of range 0..%d", s.LimitBytes, limits.MaxSwapBytes)
@@ -54,6 +72,9 @@ func (s Settings) Validate() error {
 	}
 	if s.Swappiness != nil && *s.Swappiness > MaxSwappiness {
 		return fmt.Errorf("swappiness %d out of range 0..%d", *s.Swappiness, MaxSwappiness)
+	}
+	if s.OffloadMaxStall != nil && (*s.OffloadMaxStall < MinOffloadMaxStall || *s.OffloadMaxStall > MaxOffloadMaxStall) {
+		return fmt.Errorf("offload max stall %d out of range %d..%d", *s.OffloadMaxStall, MinOffloadMaxStall, MaxOffloadMaxStall)
 	}
 	return nil
 }

@@ -26,6 +26,9 @@ func TestValidate(t *testing.T) {
 		{name: "negative high", settings: Settings{LimitBytes: 10, HighBytes: ptr[int64](-1)}, wantErr: "swap high -1 out of range"},
 		{name: "unknown zswap", settings: Settings{Zswap: 3}, wantErr: "zswap Zswap(3) is none of"},
 		{name: "swappiness", settings: Settings{Swappiness: ptr[uint64](101)}, wantErr: "swappiness 101 out of range 0..100"},
+		{name: "offload and writeback", settings: Settings{LimitBytes: 1, ZswapWritebackOff: true, OffloadMaxStall: ptr[int32](MaxOffloadMaxStall)}},
+		{name: "offload budget 0", settings: Settings{OffloadMaxStall: ptr[int32](0)}, wantErr: "offload max stall 0 out of range 1..10000"},
+		{name: "offload budget too large", settings: Settings{OffloadMaxStall: ptr[int32](10001)}, wantErr: "offload max stall 10001 out of range"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,6 +67,7 @@ func TestJSON(t *testing.T) {
 		{Settings{LimitBytes: 314572800}, `{"swapLimit":314572800}`},
 		{Settings{LimitBytes: 100, HighBytes: ptr[int64](80), Zswap: ZswapOff, Swappiness: ptr[uint64](0)}, `{"swapLimit":100,"swapHigh":80,"zswap":false,"swappiness":0}`},
 		{Settings{LimitBytes: 1, Zswap: ZswapOn}, `{"swapLimit":1,"zswap":true}`},
+		{Settings{LimitBytes: 1, ZswapWritebackOff: true, OffloadMaxStall: ptr[int32](50)}, `{"swapLimit":1,"zswapWritebackOff":true,"offloadMaxStall":50}`},
 	}
 	for _, tc := range tests {
 		data, err := json.Marshal(tc.settings)
@@ -96,6 +100,7 @@ func FuzzJSON(f *testing.F) {
 		`{"swapLimit":104857600,"swapHigh":83886080,"zswap":false,"swappiness":0}`,
 		`{"swapLimit":1,"zswap":true}`,
 		`{"swapLimit":1,"zswap":null,"swapHigh":null}`,
+		`{"swapLimit":1,"zswapWritebackOff":true,"offloadMaxStall":10}`,
 		`{"zswap":1}`,
 		`{"swapLimit":-1,"swappiness":101}`,
 		`null`,

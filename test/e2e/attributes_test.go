@@ -238,18 +238,20 @@ func hostAttributes(clusterDir string, nodeLabels map[string]string) (map[resour
 		cgroupVersion = 2
 	}
 	// The newer swap files of a v2 memory cgroup, read in the kubelet's
-	// own top cgroup (the plugin looks at any child of the root).
-	swapPeak, zswapWriteback := false, false
+	// own top cgroup (the plugin looks at any child of the root); the
+	// cluster's plugin runs its offload loop (the chart's default), so the
+	// node offloads where that cgroup has memory.reclaim and
+	// memory.pressure.
+	swapPeak, zswapWriteback, offload := false, false, false
 	if cgroupVersion == 2 {
 		for _, top := range []string{"kubepods.slice", "kubepods"} {
 			dir := filepath.Join("/sys/fs/cgroup", top)
 			if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err != nil {
 				continue
 			}
-			_, err := os.Stat(filepath.Join(dir, "memory.swap.peak"))
-			swapPeak = err == nil
-			_, err = os.Stat(filepath.Join(dir, "memory.zswap.writeback"))
-			zswapWriteback = err == nil
+			has := func(file string) bool { _, err := os.Stat(filepath.Join(dir, file)); return err == nil }
+			swapPeak, zswapWriteback = has("memory.swap.peak"), has("memory.zswap.writeback")
+			offload = has("memory.reclaim") && has("memory.pressure")
 		}
 	}
 	behavior, err := kubeletSwapBehavior(filepath.Join(clusterDir, "kubelet", "config.yaml"))
@@ -269,6 +271,7 @@ func hostAttributes(clusterDir string, nodeLabels map[string]string) (map[resour
 		"swapPeak":       strconv.FormatBool(swapPeak),
 		"zswapWriteback": strconv.FormatBool(zswapWriteback),
 		"usable":         "true",
+		"offload":        strconv.FormatBool(offload),
 	}
 	for _, label := range []string{"topology.kubernetes.io/zone", "topology.kubernetes.io/region", "kubernetes.io/hostname"} {
 		if v := nodeLabels[label]; v != "" {

@@ -30,8 +30,9 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/test/noopdriver"
 )
 
-// benchRounds is how many pods of each kind BenchmarkPodStartup creates.
-const benchRounds = 30
+// benchRounds is how many pods of each kind BenchmarkPodStartup creates
+// (BENCH_ROUNDS changes it).
+var benchRounds = benchEnv("BENCH_ROUNDS", 30)
 
 // kubeletPrepare is the kubelet's dra_grpc_operations_duration_seconds
 // for NodePrepareResources of one driver: its sum and count.
@@ -205,6 +206,14 @@ func BenchmarkPodStartup(b *testing.B) {
 		b.Fatal(err)
 	}
 
+	// With BENCH_OFFLOAD_PODS, that many pods whose claims ask for offload
+	// run on the node throughout, and the plugin's loop offloads them while
+	// the pods are measured (a node that offloads: cgroup v2).
+	offloading := benchEnv("BENCH_OFFLOAD_PODS", 0)
+	var loopBefore offloadLoopStats
+	if offloading > 0 {
+		loopBefore = startOffloading(b, ctx, c, ns, offloading)
+	}
 	kinds := []string{"no claim", "no-op claim", "swap claim"}
 	// pod is the pod of a kind; prefix names it and its claim templates.
 	pod := func(prefix, kind string, i int) *corev1.Pod {
@@ -271,6 +280,9 @@ func BenchmarkPodStartup(b *testing.B) {
 		b.ReportMetric(ms(ds[len(ds)/2]), strings.ReplaceAll(kind, " ", "-")+"-median-ms")
 	}
 	bursts.report(b, &report)
+	if offloading > 0 {
+		reportOffloading(b, ctx, c, loopBefore, offloading, &report)
+	}
 	b.Log("\n" + report.String())
 	if path := os.Getenv("BENCH_REPORT"); path != "" {
 		_ = os.WriteFile(path, []byte(report.String()), 0o644)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
 )
 
@@ -32,6 +33,10 @@ type exampleContainer struct {
 // example is what applying one file of examples/ must give.
 type example struct {
 	cgroup int // the cgroup version the example needs; 0: any
+	// selected: its claims select the nodes that can run it with CEL, so
+	// on a node of another cgroup version it is applied and its pods must
+	// stay unschedulable, rather than only dry-run.
+	selected bool
 	// pods maps each pod of the file to its containers' expectations.
 	pods map[string]map[string]exampleContainer
 }
@@ -44,6 +49,12 @@ var examples = map[string]example{
 	}},
 	"swap-config.yaml": {cgroup: 2, pods: map[string]map[string]exampleContainer{
 		"throttled": {"worker": {swap: 200 * mi, files: map[string]string{"memory.swap.high": "167772160", "memory.zswap.max": "0"}}},
+	}},
+	"offload.yaml": {cgroup: 2, selected: true, pods: map[string]map[string]exampleContainer{
+		"offloaded": {"worker": {swap: 512 * mi}},
+	}},
+	"compressed-only.yaml": {cgroup: 2, selected: true, pods: map[string]map[string]exampleContainer{
+		"compressed": {"worker": {swap: 256 * mi, files: map[string]string{"memory.zswap.writeback": "0"}}},
 	}},
 	"swap-config-cgroup-v1.yaml": {cgroup: 1, pods: map[string]map[string]exampleContainer{
 		"low-swappiness": {"worker": {swap: 200 * mi, files: map[string]string{"memory.swappiness": "10"}}},
@@ -70,7 +81,9 @@ var examples = map[string]example{
 // it reads through the Downward API. An example for the other cgroup
 // version is created with a server-side dry run only (schema, CEL and the
 // controller's SwapConfig validation), since its claim cannot be prepared
-// on this node. A file without an expectation here fails the test.
+// on this node, or, when its claims select capable nodes, applied: its
+// pods must stay unschedulable here. A file without an expectation here
+// fails the test.
 func TestExamples(t *testing.T) {
 	c := loadCluster(t)
 	if c.DeviceClass != "dra.swap" {
@@ -108,7 +121,11 @@ func TestExamples(t *testing.T) {
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(file, ".yaml"), func(t *testing.T) {
 			want := examples[file]
-			dryRun := want.cgroup != 0 && want.cgroup != c.cgroupVersion(t)
+			if cluster.Emulated() && want.cgroup != 2 {
+				t.Skip("runs on this host's node only: the emulated v2 node applies the examples that need cgroup v2")
+			}
+			elsewhere := want.cgroup != 0 && want.cgroup != c.cgroupVersion(t)
+			dryRun := elsewhere && !want.selected
 			ns := c.namespace(t)
 			objs := readExample(t, filepath.Join(dir, file))
 			for _, obj := range objs {
@@ -116,6 +133,19 @@ func TestExamples(t *testing.T) {
 			}
 			if dryRun {
 				t.Logf("examples/%s needs cgroup v%d, this node has v%d: validated by a server-side dry run only", file, want.cgroup, c.cgroupVersion(t))
+				return
+			}
+			if elsewhere {
+				for _, obj := range objs {
+					if obj.GetKind() == "Pod" {
+						p, err := c.client.CoreV1().Pods(ns).Get(context.Background(), obj.GetName(), metav1.GetOptions{})
+						if err != nil {
+							t.Fatal(err)
+						}
+						c.assertUnschedulable(t, p, "cannot allocate all claims")
+					}
+				}
+				t.Logf("examples/%s needs cgroup v%d, this node has v%d: its claims select no device here", file, want.cgroup, c.cgroupVersion(t))
 				return
 			}
 			var pods []string

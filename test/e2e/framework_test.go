@@ -101,6 +101,8 @@ var guestTests = map[string]string{
 	"TestPressureTaints":              "the kubepods cgroup's PSI (v2 only; its swap-full part runs on this host's node only)",
 	"TestKubeletSwapBehaviorChange":   "a kubelet turned to LimitedSwap and back (the kubelet refuses LimitedSwap on v1); helm test names it",
 	"TestHelmTest":                    "helm test's probes read a v2 cgroup's swap limit (and it checks both nodes)",
+	"TestOffload":                     "the offload loop: a v2 container's memory.pressure and memory.reclaim",
+	"TestExamples":                    "the examples that need cgroup v2 (swap-config, offload, compressed-only); the others run on this host's node only",
 }
 
 // loadCluster connects a test to the cluster: this repository's (the

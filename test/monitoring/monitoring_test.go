@@ -35,7 +35,7 @@ const runbookURL = "https://github.com/dra-driver-swap/dra-driver-swap/blob/main
 
 // histograms are the exported histograms, whose _bucket, _sum and _count
 // series the expressions may name. Add a new histogram here.
-var histograms = []string{"dra_swap_claim_operation_duration_seconds"}
+var histograms = []string{"dra_swap_claim_operation_duration_seconds", "dra_swap_offload_pass_duration_seconds"}
 
 // optional are the metrics the dashboard need not show: they are exported
 // only behind a flag.

@@ -98,14 +98,20 @@ func (c *SwapConfig) Validate() field.ErrorList {
 			fmt.Sprintf("must be between %d and %d", MinSwapHighPercent, MaxSwapHighPercent)))
 	}
 	switch c.Zswap {
-	case "", ZswapInherit, ZswapEnabled, ZswapDisabled:
+	case "", ZswapInherit, ZswapEnabled, ZswapDisabled, ZswapCompressedOnly:
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("zswap"), c.Zswap,
-			[]ZswapMode{ZswapInherit, ZswapEnabled, ZswapDisabled}))
+			[]ZswapMode{ZswapInherit, ZswapEnabled, ZswapDisabled, ZswapCompressedOnly}))
 	}
 	if s := c.Swappiness; s != nil && (*s < MinSwappiness || *s > MaxSwappiness) {
 		errs = append(errs, field.Invalid(field.NewPath("swappiness"), *s,
 			fmt.Sprintf("must be between %d and %d", MinSwappiness, MaxSwappiness)))
+	}
+	if c.Offload != nil {
+		if p := c.Offload.MaxStallPercent; p != nil && (*p < MinStallPercent || *p > MaxStallPercent) {
+			errs = append(errs, field.Invalid(field.NewPath("offload", "maxStallPercent"), p.String(),
+				fmt.Sprintf("must be between %s and %s (percent of wall time)", MinStallPercent, MaxStallPercent)))
+		}
 	}
 	return errs
 }
@@ -120,9 +126,18 @@ func (c *SwapConfig) ValidateForCgroupVersion(version int) field.ErrorList {
 			errs = append(errs, field.Forbidden(field.NewPath("swapHighPercent"),
 				"memory.swap.high exists only on cgroup v2; this node uses cgroup v1"))
 		}
-		if c.Zswap != "" && c.Zswap != ZswapInherit {
+		switch c.Zswap {
+		case "", ZswapInherit:
+		case ZswapCompressedOnly:
+			errs = append(errs, field.Forbidden(field.NewPath("zswap"),
+				"CompressedOnly needs memory.zswap.writeback, which exists only on cgroup v2; this node uses cgroup v1"))
+		default:
 			errs = append(errs, field.Forbidden(field.NewPath("zswap"),
 				"memory.zswap.max exists only on cgroup v2; this node uses cgroup v1"))
+		}
+		if c.Offload != nil {
+			errs = append(errs, field.Forbidden(field.NewPath("offload"),
+				"offload needs cgroup v2 (memory.reclaim and memory.pressure); this node uses cgroup v1"))
 		}
 	case 2:
 		if c.Swappiness != nil {
@@ -135,8 +150,38 @@ func (c *SwapConfig) ValidateForCgroupVersion(version int) field.ErrorList {
 	return errs
 }
 
+// NodeSupport is what a node can apply of a SwapConfig: its cgroup
+// version, and for each feature that depends on more than that, why the
+// node cannot apply it ("" when it can).
+type NodeSupport struct {
+	CgroupVersion int
+	// Offload says why the node cannot offload (no memory.reclaim, no
+	// PSI, the plugin's loop off), "" when it can.
+	Offload string
+	// CompressedOnly says why the node cannot keep pages compressed only
+	// (no memory.zswap.writeback, zswap disabled), "" when it can.
+	CompressedOnly string
+}
+
+// ValidateForNode reports the fields that the node cannot apply: those
+// of ValidateForCgroupVersion, then the features NodeSupport says it
+// lacks, each naming its field and the reason.
+func (c *SwapConfig) ValidateForNode(n NodeSupport) field.ErrorList {
+	errs := c.ValidateForCgroupVersion(n.CgroupVersion)
+	if len(errs) > 0 || n.CgroupVersion != 2 {
+		return errs
+	}
+	if c.Offload != nil && n.Offload != "" {
+		errs = append(errs, field.Forbidden(field.NewPath("offload"), "this node cannot offload: "+n.Offload))
+	}
+	if c.Zswap == ZswapCompressedOnly && n.CompressedOnly != "" {
+		errs = append(errs, field.Forbidden(field.NewPath("zswap"), "this node cannot keep pages compressed only: "+n.CompressedOnly))
+	}
+	return errs
+}
+
 // Merge overlays configs in order: a field set in a later config replaces
-// the same field of an earlier one. DeviceClass configs come first, then
+// the same field of an earlier one (offload's fields one by one). DeviceClass configs come first, then
 // the claim's, so a claim can refine what its class sets. Merge returns a
 // defaulted config; nil inputs are skipped.
 func Merge(configs ...*SwapConfig) *SwapConfig {
@@ -157,7 +202,23 @@ func Merge(configs ...*SwapConfig) *SwapConfig {
 			v := *c.Swappiness
 			out.Swappiness = &v
 		}
+		if c.Offload != nil {
+			if out.Offload == nil {
+				out.Offload = &Offload{}
+			}
+			if p := c.Offload.MaxStallPercent; p != nil {
+				v := *p
+				out.Offload.MaxStallPercent = &v
+			}
+		}
 	}
 	out.Default()
+	// The config in effect says what applies: the budget's default too
+	// (not in Default, which each config gets, so that a claim's
+	// "offload: {}" keeps its class's budget).
+	if out.Offload != nil && out.Offload.MaxStallPercent == nil {
+		v := DefaultMaxStall
+		out.Offload.MaxStallPercent = &v
+	}
 	return out
 }

@@ -62,6 +62,10 @@ const (
 	AttrZswapWriteback resourceapi.QualifiedName = "zswapWriteback"
 	// AttrUsable is false on a node that offers no swap.
 	AttrUsable resourceapi.QualifiedName = "usable"
+	// AttrOffload is true where the kubelet plugin offloads the claims
+	// that ask for it (SwapConfig offload): cgroup v2 with memory.reclaim
+	// and pressure stall information, and the plugin's offload loop on.
+	AttrOffload resourceapi.QualifiedName = "offload"
 )
 
 // Swap behaviours, the values of AttrSwapBehavior and of the

@@ -34,7 +34,43 @@ const (
 	// Useful for latency-insensitive batch work that should not compete
 	// for the compressed cache.
 	ZswapDisabled ZswapMode = "Disabled"
+	// ZswapCompressedOnly keeps the container's swapped-out pages
+	// compressed in memory and never writes them to the swap device
+	// (cgroup v2 memory.zswap.writeback = 0), for workloads that must not
+	// touch a disk or wear an SSD. Each such page still holds a slot of the
+	// node's swap (counted in memory.swap.current and bounded by the
+	// claim), and its compressed copy is charged to the container's
+	// memory. A page that does not compress, or finds the zswap pool full,
+	// stays in memory. Needs cgroup v2, Linux 6.8 or later and zswap
+	// enabled on the node.
+	ZswapCompressedOnly ZswapMode = "CompressedOnly"
 )
+
+// Offload asks the kubelet plugin to move the cold memory of the claim's
+// containers into the swap the claim holds, ahead of need, while their
+// memory stalls stay within a budget: each interval (the plugin's
+// --offload-interval) it reads a container's memory pressure stall
+// information (cgroup v2 memory.pressure, "some") and, while the stall
+// is within MaxStallPercent, asks the kernel to reclaim a step of the
+// container's memory (memory.reclaim, anonymous memory where the kernel
+// allows it), a smaller step the nearer the stall is to the budget; it
+// pauses while the stall is above the budget or the container's swap is
+// near its limit. It never moves more than the claim's swap (the limit
+// bounds it). Needs cgroup v2, Linux 5.19 or later (memory.reclaim) and
+// pressure stall information (PSI) on the node.
+type Offload struct {
+	// MaxStallPercent is the claim's pressure budget: the share of wall
+	// time, in percent, in which at least one of a container's tasks may
+	// wait for memory (PSI "some") while the plugin offloads it. 0.01 to
+	// 100 with at most two decimal places (PSI's own resolution), as a
+	// number (0.5) or a string ("0.5"). Default 0.1: the target of Meta's
+	// TMO and of katalyst's TMO plugin (Senpai's default is 0.17).
+	// +optional
+	MaxStallPercent *StallPercent `json:"maxStallPercent,omitempty"`
+}
+
+// DefaultMaxStall is Offload.MaxStallPercent's default: 0.1 %.
+const DefaultMaxStall StallPercent = 10
 
 // SwapConfig tunes how the swap a claim grants is applied to the
 // containers that use the claim. The amount of swap itself is not part of
@@ -58,8 +94,10 @@ type SwapConfig struct {
 
 	// Zswap controls the container's use of the compressed swap cache:
 	// Inherit (default), Enabled or Disabled (cgroup v2 memory.zswap.max
-	// "max" or "0"). Enabled or Disabled need cgroup v2 and Linux 5.19 or
-	// later.
+	// "max" or "0"), or CompressedOnly (memory.zswap.writeback "0": pages
+	// stay compressed in memory, never written to the swap device).
+	// Enabled or Disabled need cgroup v2 and Linux 5.19 or later,
+	// CompressedOnly Linux 6.8 or later and zswap enabled on the node.
 	// +optional
 	Zswap ZswapMode `json:"zswap,omitempty"`
 
@@ -70,6 +108,14 @@ type SwapConfig struct {
 	// swappiness).
 	// +optional
 	Swappiness *int64 `json:"swappiness,omitempty"`
+
+	// Offload, when set, has the kubelet plugin move the containers' cold
+	// memory into the claim's swap ahead of need, within a pressure budget
+	// (see Offload). Unset: swap is used only when the kernel reclaims on
+	// its own (at the container's memory limit, or when the node runs
+	// short). cgroup v2 only.
+	// +optional
+	Offload *Offload `json:"offload,omitempty"`
 }
 
 // DeepCopyInto copies the receiver into out.
@@ -82,6 +128,14 @@ func (in *SwapConfig) DeepCopyInto(out *SwapConfig) {
 	if in.Swappiness != nil {
 		v := *in.Swappiness
 		out.Swappiness = &v
+	}
+	if in.Offload != nil {
+		o := *in.Offload
+		if o.MaxStallPercent != nil {
+			v := *o.MaxStallPercent
+			o.MaxStallPercent = &v
+		}
+		out.Offload = &o
 	}
 }
 

@@ -26,15 +26,32 @@ type OfferSource interface {
 	LargestOffer(ctx context.Context) (int64, error)
 }
 
+// SupportSource tells how many nodes can apply the SwapConfig fields that
+// need more than cgroup v2 (their swap devices' attributes).
+type SupportSource interface {
+	Support(ctx context.Context) (NodeSupport, error)
+}
+
+// NodeSupport counts the nodes that publish a swap device, and those whose
+// device says they offload (attribute offload) and can keep pages
+// compressed only (zswap and zswapWriteback).
+type NodeSupport struct {
+	Nodes, Offload, CompressedOnly int
+}
+
 // ConfigValidator is the validating handler for ResourceClaims,
 // ResourceClaimTemplates and DeviceClasses: it rejects dra.swap opaque
 // configuration that does not decode strictly or does not validate, and
-// warns about swap requests that are rounded or cannot fit any node.
+// warns about swap requests that are rounded or cannot fit any node, and
+// about offload or compressed-only swap that no node can apply now.
 type ConfigValidator struct {
 	Decoder *v1alpha1.Decoder
 	// Classes reads DeviceClasses (the cache), to tell swap requests.
 	Classes client.Reader
 	Offers  OfferSource
+	// Support, if set, tells which nodes can apply offload and
+	// compressed-only swap.
+	Support SupportSource
 }
 
 var resourceGroup = resourceapi.SchemeGroupVersion.Group
@@ -75,7 +92,10 @@ func (v *ConfigValidator) Handle(ctx context.Context, req admission.Request) adm
 			break
 		}
 		for i, c := range class.Spec.Config.Items {
-			errs = append(errs, v.opaque(c, field.NewPath("spec", "config").Index(i).Child("opaque"))...)
+			path := field.NewPath("spec", "config").Index(i).Child("opaque")
+			config, cerrs := v.opaque(c, path)
+			errs = append(errs, cerrs...)
+			warnings = append(warnings, call.supportWarnings(ctx, config, path.Child("parameters"))...)
 		}
 	default:
 		return admission.Allowed("not a kind this webhook checks")
@@ -87,17 +107,17 @@ func (v *ConfigValidator) Handle(ctx context.Context, req admission.Request) adm
 	return admission.Allowed("").WithWarnings(warnings...)
 }
 
-// opaque checks one opaque configuration, if it is the driver's.
-func (v *ConfigValidator) opaque(c configView, path *field.Path) field.ErrorList {
+// opaque checks one opaque configuration, if it is the driver's, and
+// returns it decoded (nil when it is another driver's or invalid).
+func (v *ConfigValidator) opaque(c configView, path *field.Path) (*v1alpha1.SwapConfig, field.ErrorList) {
 	if c.Opaque == nil || c.Opaque.Driver != v1alpha1.DriverName {
-		return nil
+		return nil, nil
 	}
 	params := []byte(c.Opaque.Parameters)
 	if string(params) == "null" {
 		params = nil // as runtime.RawExtension decodes it
 	}
-	_, errs := v.Decoder.DecodeField(params, path.Child("parameters"))
-	return errs
+	return v.Decoder.DecodeField(params, path.Child("parameters"))
 }
 
 // review is one review's state: the largest offer and the classes
@@ -106,6 +126,7 @@ type review struct {
 	v       *ConfigValidator
 	largest *int64
 	classes map[string]bool
+	support *NodeSupport
 }
 
 // claimSpec checks a claim spec's dra.swap configs and warns about its
@@ -130,10 +151,13 @@ func (c *review) claimSpec(ctx context.Context, spec *claimSpecView, path *field
 	if len(errs) > 0 {
 		return errs, nil
 	}
-	for i, cfg := range configs.Items {
-		errs = append(errs, c.v.opaque(cfg, devPath.Child("config").Index(i).Child("opaque"))...)
-	}
 	var warnings []string
+	for i, cfg := range configs.Items {
+		p := devPath.Child("config").Index(i).Child("opaque")
+		config, cerrs := c.v.opaque(cfg, p)
+		errs = append(errs, cerrs...)
+		warnings = append(warnings, c.supportWarnings(ctx, config, p.Child("parameters"))...)
+	}
 	check := func(r *classRequestView, p *field.Path) {
 		q, ok := r.swap()
 		if !ok || !c.isSwapClass(ctx, r.DeviceClassName) {
@@ -173,6 +197,37 @@ func (c *review) requestWarnings(ctx context.Context, q resource.Quantity, p *fi
 			out = append(out, fmt.Sprintf("%s: %s exceeds the largest swap any node offers (%s); the claim stays unallocated until a node offers that much",
 				p, q.String(), resource.NewQuantity(largest, resource.BinarySI).String()))
 		}
+	}
+	return out
+}
+
+// supportWarnings: offload or compressed-only swap that no node can apply
+// now. The claim would be allocated on a node whatever it asks (unless
+// its selectors choose the capable ones) and fail to prepare there.
+func (c *review) supportWarnings(ctx context.Context, config *v1alpha1.SwapConfig, p *field.Path) []string {
+	if config == nil || config.Offload == nil && config.Zswap != v1alpha1.ZswapCompressedOnly || c.v.Support == nil {
+		return nil
+	}
+	if c.support == nil {
+		s, err := c.v.Support.Support(ctx)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot tell which nodes offload")
+			s = NodeSupport{Nodes: -1}
+		}
+		c.support = &s
+	}
+	s := c.support
+	if s.Nodes <= 0 {
+		return nil // no node publishes yet (or unknown): nothing to tell
+	}
+	var out []string
+	if config.Offload != nil && s.Offload == 0 {
+		out = append(out, fmt.Sprintf("%s: no node offloads now (none of the %d nodes' swap devices has %s true: cgroup v2, memory.reclaim, pressure stall information and the plugin's offload loop); "+
+			"select such nodes with device.attributes[%q].%s, or the claim fails to prepare where it is allocated", p.Child("offload"), s.Nodes, v1alpha1.AttrOffload, v1alpha1.DriverName, v1alpha1.AttrOffload))
+	}
+	if config.Zswap == v1alpha1.ZswapCompressedOnly && s.CompressedOnly == 0 {
+		out = append(out, fmt.Sprintf("%s: no node can keep pages compressed only now (none of the %d nodes' swap devices has %s and %s true: zswap on, Linux 6.8 or later); "+
+			"the claim fails to prepare where it is allocated", p.Child("zswap"), s.Nodes, v1alpha1.AttrZswap, v1alpha1.AttrZswapWriteback))
 	}
 	return out
 }

@@ -206,6 +206,80 @@ func TestConfigValidator(t *testing.T) {
 	}
 }
 
+// support is a SupportSource that counts its calls.
+type support struct {
+	NodeSupport
+	calls int
+}
+
+func (s *support) Support(context.Context) (NodeSupport, error) {
+	s.calls++
+	return s.NodeSupport, nil
+}
+
+// TestConfigValidatorSupportWarnings: offload or compressed-only swap that
+// no node can apply now is admitted with a warning naming the field and
+// the attribute that tells capable nodes; none while a node can, or while
+// no node publishes; the nodes are counted once per review.
+func TestConfigValidatorSupportWarnings(t *testing.T) {
+	both := `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","offload":{"maxStallPercent":0.5},"zswap":"CompressedOnly"}`
+	classWith := func(config string) *resourceapi.DeviceClass {
+		return &resourceapi.DeviceClass{Spec: resourceapi.DeviceClassSpec{Config: []resourceapi.DeviceClassConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "dra.swap", Parameters: runtime.RawExtension{Raw: []byte(config)}},
+		}}}}}
+	}
+	twoConfigs := claimSpec("dra.swap", "256Mi", both)
+	twoConfigs.Devices.Config = append(twoConfigs.Devices.Config, twoConfigs.Devices.Config[0])
+	tests := []struct {
+		name         string
+		kind         string
+		obj          any
+		nodes        NodeSupport
+		wantWarnings []string
+	}{
+		{name: "a claim no node can apply", kind: "ResourceClaim", obj: &resourceapi.ResourceClaim{Spec: claimSpec("dra.swap", "256Mi", both)},
+			nodes: NodeSupport{Nodes: 2},
+			wantWarnings: []string{
+				`spec.devices.config[0].opaque.parameters.offload: no node offloads now (none of the 2 nodes' swap devices has offload true`,
+				`spec.devices.config[0].opaque.parameters.zswap: no node can keep pages compressed only now (none of the 2 nodes' swap devices has zswap and zswapWriteback true`}},
+		{name: "a template, one node can offload", kind: "ResourceClaimTemplate",
+			obj:          &resourceapi.ResourceClaimTemplate{Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claimSpec("dra.swap", "256Mi", both)}},
+			nodes:        NodeSupport{Nodes: 2, Offload: 1},
+			wantWarnings: []string{"spec.spec.devices.config[0].opaque.parameters.zswap: no node can keep pages compressed only now"}},
+		{name: "a class", kind: "DeviceClass", obj: classWith(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","offload":{}}`), nodes: NodeSupport{Nodes: 1},
+			wantWarnings: []string{"spec.config[0].opaque.parameters.offload: no node offloads now"}},
+		{name: "every node can", kind: "ResourceClaim", obj: &resourceapi.ResourceClaim{Spec: claimSpec("dra.swap", "256Mi", both)},
+			nodes: NodeSupport{Nodes: 2, Offload: 2, CompressedOnly: 1}},
+		{name: "no node publishes yet", kind: "ResourceClaim", obj: &resourceapi.ResourceClaim{Spec: claimSpec("dra.swap", "256Mi", both)}},
+		{name: "neither field", kind: "ResourceClaim", obj: &resourceapi.ResourceClaim{Spec: claimSpec("dra.swap", "256Mi", `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","zswap":"Disabled"}`)},
+			nodes: NodeSupport{Nodes: 2}},
+		{name: "two configs: two of each, one count", kind: "ResourceClaim", obj: &resourceapi.ResourceClaim{Spec: twoConfigs}, nodes: NodeSupport{Nodes: 3},
+			wantWarnings: []string{"config[0].opaque.parameters.offload", "config[0].opaque.parameters.zswap", "config[1].opaque.parameters.offload", "config[1].opaque.parameters.zswap"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			s := &support{NodeSupport: tc.nodes}
+			v := &ConfigValidator{Decoder: v1alpha1.NewDecoder(), Offers: offer(4 << 30), Support: s}
+			resp := v.Handle(ctx, configRequest(t, tc.kind, tc.obj))
+			if !resp.Allowed {
+				t.Fatalf("denied: %+v", resp.Result)
+			}
+			if len(resp.Warnings) != len(tc.wantWarnings) {
+				t.Fatalf("warnings %q, want %q", resp.Warnings, tc.wantWarnings)
+			}
+			for i, w := range tc.wantWarnings {
+				if !strings.Contains(resp.Warnings[i], w) {
+					t.Errorf("warning %q, want %q", resp.Warnings[i], w)
+				}
+			}
+			if s.calls > 1 {
+				t.Errorf("the review counted the nodes %d times, want once at most", s.calls)
+			}
+		})
+	}
+}
+
 // countingOffers counts LargestOffer calls.
 type countingOffers struct{ calls int }
 

@@ -31,12 +31,18 @@ type cgroupFacts struct {
 	// swapPeak, zswapWriteback: a v2 cgroup has memory.swap.peak (Linux
 	// 6.5) and memory.zswap.writeback (Linux 6.8).
 	swapPeak, zswapWriteback bool
+	// reclaim, pressure: a v2 cgroup has memory.reclaim (Linux 5.19) and
+	// memory.pressure (shown only where pressure stall information is on,
+	// not with psi=0 at boot): what the offload loop reads and writes.
+	reclaim, pressure bool
 }
 
 // Files of a v2 memory cgroup that only some kernels have.
 const (
 	swapPeakV2       = "memory.swap.peak"
 	zswapWritebackV2 = "memory.zswap.writeback"
+	reclaimV2        = "memory.reclaim"
+	pressureV2       = "memory.pressure"
 )
 
 // detectCgroup returns the cgroup version that holds the memory
@@ -52,7 +58,8 @@ func detectCgroup(root string) (cgroupFacts, error) {
 			return cgroupFacts{version: 2}, err
 		}
 		return cgroupFacts{version: 2, swapControl: true,
-			swapPeak: exists(filepath.Join(child, swapPeakV2)), zswapWriteback: exists(filepath.Join(child, zswapWritebackV2))}, nil
+			swapPeak: exists(filepath.Join(child, swapPeakV2)), zswapWriteback: exists(filepath.Join(child, zswapWritebackV2)),
+			reclaim: exists(filepath.Join(child, reclaimV2)), pressure: exists(filepath.Join(child, pressureV2))}, nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return cgroupFacts{}, fmt.Errorf("read cgroup v2 controllers: %w", err)
 	}

@@ -58,6 +58,7 @@ func Discover(ctx context.Context, opts Options) (Facts, error) {
 		return Facts{}, err
 	}
 	facts.CgroupVersion, facts.SwapControl, facts.SwapPeak, facts.ZswapWriteback = cg.version, cg.swapControl, cg.swapPeak, cg.zswapWriteback
+	facts.MemoryReclaim, facts.MemoryPressure = cg.reclaim, cg.pressure
 	kernel, err := readKernelVersion(root)
 	if err != nil {
 		return Facts{}, err

@@ -128,6 +128,22 @@ func TestDiscover(t *testing.T) {
 			want: func(f *Facts) { f.SwapControl = false },
 		},
 		{
+			name: "cgroup v2 with memory.reclaim and memory.pressure: offload can run",
+			setup: func(t *testing.T, h hostTree) {
+				h.write("/sys/fs/cgroup/kubepods.slice/memory.reclaim", "")
+				h.write("/sys/fs/cgroup/kubepods.slice/memory.pressure", "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+				h.write("/sys/fs/cgroup/init.scope/memory.reclaim", "") // no memory.swap.max: not where containers are
+			},
+			want: func(f *Facts) { f.MemoryReclaim, f.MemoryPressure = true, true },
+		},
+		{
+			name: "cgroup v2 without PSI (psi=0 at boot hides memory.pressure)",
+			setup: func(t *testing.T, h hostTree) {
+				h.write("/sys/fs/cgroup/kubepods.slice/memory.reclaim", "")
+			},
+			want: func(f *Facts) { f.MemoryReclaim = true },
+		},
+		{
 			name: "cgroup v2 of Linux 6.12: memory.swap.peak and memory.zswap.writeback",
 			setup: func(t *testing.T, h hostTree) {
 				h.write("/sys/fs/cgroup/kubepods.slice/memory.swap.peak", "0\n")

@@ -58,6 +58,11 @@ type Facts struct {
 	// TmpfsNoswap is true when the kernel supports tmpfs' noswap
 	// mount option (Linux 6.4 and later).
 	TmpfsNoswap bool
+	// MemoryReclaim and MemoryPressure are true when a container's v2
+	// memory cgroup has memory.reclaim (Linux 5.19 and later) and
+	// memory.pressure (pressure stall information on): what the offload
+	// loop reads and writes.
+	MemoryReclaim, MemoryPressure bool
 	// SwapBehavior is the kubelet's memorySwap.swapBehavior, or
 	// SwapBehaviorUnknown when the configuration could not be read.
 	SwapBehavior string

@@ -24,6 +24,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
 )
 
@@ -68,6 +69,9 @@ type DeviceStatusData struct {
 	PodLimitBytes *int64 `json:"podSwapLimitBytes,omitempty"`
 	// Config is the SwapConfig that took effect.
 	Config *appliedConfig `json:"config,omitempty"`
+	// Offload is what the offload loop does with the claim's containers
+	// (config offload; written at most every offloadStatusPeriod).
+	Offload *OffloadStatus `json:"offload,omitempty"`
 }
 
 // appliedConfig is the SwapConfig's knobs without its type meta.
@@ -75,6 +79,7 @@ type appliedConfig struct {
 	SwapHighPercent *int32             `json:"swapHighPercent,omitempty"`
 	Zswap           v1alpha1.ZswapMode `json:"zswap,omitempty"`
 	Swappiness      *int64             `json:"swappiness,omitempty"`
+	Offload         *v1alpha1.Offload  `json:"offload,omitempty"`
 }
 
 // outcome is the hook's result for one container.
@@ -97,6 +102,10 @@ type claimState struct {
 	// limit is not what the claims say (the verifier could not restore
 	// it).
 	notHeld map[string]string
+	// offload is the offload loop's last figures of the claim, and
+	// offloadQueued when they were last queued for a write.
+	offload       *OffloadStatus
+	offloadQueued time.Time
 	// since keeps each device's condition transition time.
 	since map[string]metav1.Time
 	last  map[string]metav1.ConditionStatus
@@ -211,6 +220,30 @@ func (s *claimStatuses) setNotHeld(d limitcheck.Drift, text string) {
 	}
 }
 
+// offloaded records the offload loop's figures of the claims it drives:
+// queued for a write the first time, and then at most every
+// offloadStatusPeriod (each write carries the latest).
+func (s *claimStatuses) offloaded(figures []offload.ClaimFigures, interval time.Duration) {
+	now := s.clock.Now()
+	var due []types.UID
+	s.mu.Lock()
+	for _, f := range figures {
+		st, ok := s.claims[f.UID]
+		if !ok {
+			continue
+		}
+		st.offload = offloadStatus(f)
+		if st.offloadQueued.IsZero() || now.Sub(st.offloadQueued) >= max(offloadStatusPeriod, interval) {
+			st.offloadQueued = now
+			due = append(due, f.UID)
+		}
+	}
+	s.mu.Unlock()
+	for _, uid := range due {
+		s.queue.Add(uid)
+	}
+}
+
 // reaches says whether the claim's results reach the container (any, for
 // the pod's budget: "").
 func reaches(r prepare.ClaimReport, container string) bool {
@@ -300,7 +333,10 @@ func (s *claimStatuses) applyConfiguration(st *claimState) (*resourceapply.Resou
 			data.Pod = st.report.Pod.String()
 		}
 		if r.Config != nil && !r.AdminAccess {
-			data.Config = &appliedConfig{SwapHighPercent: r.Config.SwapHighPercent, Zswap: r.Config.Zswap, Swappiness: r.Config.Swappiness}
+			data.Config = &appliedConfig{SwapHighPercent: r.Config.SwapHighPercent, Zswap: r.Config.Zswap, Swappiness: r.Config.Swappiness, Offload: r.Config.Offload}
+			if r.Config.Offload != nil {
+				data.Offload = st.offload
+			}
 		}
 		raw, err := json.Marshal(data)
 		if err != nil {

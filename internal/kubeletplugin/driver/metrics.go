@@ -56,7 +56,9 @@ type Metrics struct {
 	hookRuns *metrics.Gauge
 	// claimUsed is registered only when per-claim metrics are on.
 	claimUsed *metrics.GaugeVec
-	names     []string
+	// offload are the offload loop's (registered with the loop on).
+	offload *offloadMetrics
+	names   []string
 }
 
 // NewMetrics creates and registers the plugin's metrics.
@@ -156,7 +158,8 @@ func NewMetrics() *Metrics {
 		m.psi, m.psiOK, m.swapUsed, m.tainted, m.statusErr, m.build}
 	m.registry.MustRegister(all...)
 	m.build.WithLabelValues(version.Get().LabelValues()...).Set(1)
-	for _, c := range append(all, m.claimUsed, m.hookRuns) {
+	m.offload = newOffloadMetrics()
+	for _, c := range append(append(all, m.claimUsed, m.hookRuns), m.offload.all()...) {
 		m.names = append(m.names, c.FQName())
 	}
 	for _, key := range []string{v1alpha1.TaintMemoryPressure, v1alpha1.TaintSwapFull, v1alpha1.TaintOvercommitted} {
@@ -227,6 +230,9 @@ func (m *Metrics) Names() []string { return slices.Clone(m.names) }
 
 // enableHookRuns registers dra_swap_hook_runs.
 func (m *Metrics) enableHookRuns() { m.registry.MustRegister(m.hookRuns) }
+
+// enableOffload registers the offload loop's metrics.
+func (m *Metrics) enableOffload() { m.registry.MustRegister(m.offload.all()...) }
 
 // enableClaimUsage registers the per-claim usage gauges.
 func (m *Metrics) enableClaimUsage() { m.registry.MustRegister(m.claimUsed) }

@@ -8,7 +8,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2/ktesting"
 
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
@@ -38,7 +42,13 @@ func TestMetricLabelsLeaveTargetLabels(t *testing.T) {
 	m := NewMetrics()
 	m.enableClaimUsage()
 	m.enableHookRuns()
+	m.enableOffload()
 	// Give every vector a series, so that its labels show.
+	offloads := &offloadReporter{metrics: m.offload, statuses: newClaimStatuses(nil, "dra.swap", "node-a", m), recorder: events.NewFakeRecorder(4)}
+	_, ctx := ktesting.NewTestContext(t)
+	offloads.Pass(ctx, offload.PassReport{Containers: 1, Claims: []offload.ClaimFigures{{UID: "u", Claim: types.NamespacedName{Namespace: "ns", Name: "a"},
+		Containers: 1, ReclaimedBytes: 4096, SwapBytes: 1, SwapPeakBytes: 2, StallPPM: 3, BudgetPPM: 1000, Reason: offload.ReasonOffloading}}})
+	offloads.BackedOff(ctx, hookstate.Container{ID: "c"}, nil, 2000, 1000)
 	m.observe(opPrepare, nil, time.Millisecond)
 	m.restored.WithLabelValues("interval").Inc()
 	m.failed.WithLabelValues("interval").Inc()

@@ -29,6 +29,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/nri"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
@@ -85,6 +86,13 @@ type Config struct {
 	// ClaimUsageMetrics exports the swap in use per prepared claim, one
 	// series per claim (refreshed every VerifyInterval).
 	ClaimUsageMetrics bool
+	// OffloadInterval is how often the offload loop reads and offloads
+	// the containers of claims with SwapConfig offload (0: no loop, and
+	// such claims fail to prepare); Offload are its knobs, and
+	// OffloadMaxPassBytes bounds what one pass reclaims on the node.
+	OffloadInterval     time.Duration
+	Offload             offload.Params
+	OffloadMaxPassBytes int64
 	// BackgroundClient, if set, writes events and claim status: with a
 	// rate limiter of its own, those writes never delay the claim reads
 	// of the kubelet's calls.
@@ -109,6 +117,17 @@ func (c *Config) Validate() error {
 	if c.PressureInterval > 0 {
 		if err := c.Pressure.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("pressure taints: %w", err))
+		}
+	}
+	if c.OffloadInterval < 0 {
+		errs = append(errs, fmt.Errorf("offload interval %v must not be negative", c.OffloadInterval))
+	}
+	if c.OffloadInterval > 0 {
+		if err := c.Offload.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("offload: %w", err))
+		}
+		if c.OffloadMaxPassBytes < c.Offload.MaxStepBytes {
+			errs = append(errs, fmt.Errorf("offload: a pass's bound %d bytes must be at least one step, %d bytes", c.OffloadMaxPassBytes, c.Offload.MaxStepBytes))
 		}
 	}
 	if c.NodePressureFile != "" && !filepath.IsAbs(c.NodePressureFile) {
@@ -150,6 +169,7 @@ type Plugin struct {
 	pressure    *pressureWatcher // nil: no pressure taints
 	emitter     *podevents.Emitter
 	usage       *usageReporter // nil: no per-claim usage metrics
+	offload     *offload.Loop  // nil: no offload loop
 	specs       *specReconciler
 	prefetch    *claimPrefetch
 	driver      *driver
@@ -172,6 +192,9 @@ func New(ctx context.Context, cfg Config, client kubernetes.Interface) (*Plugin,
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
+	// The node offers offload (its attribute, prepare's check) while the
+	// loop runs.
+	cfg.Policy.Offload = cfg.OffloadInterval > 0
 	facts, err := discovery.Discover(ctx, cfg.Discovery)
 	if err != nil {
 		return nil, fmt.Errorf("discover swap: %w", err)
@@ -252,6 +275,13 @@ func (p *Plugin) buildLimits(recorder events.EventRecorder) {
 		p.metrics.enableClaimUsage()
 		p.usage = &usageReporter{stateDir: cfg.HookStateDir, cgroupRoot: p.verifier.CgroupRoot, store: p.store, metrics: p.metrics}
 	}
+	if cfg.OffloadInterval > 0 {
+		p.metrics.enableOffload()
+		p.offload = &offload.Loop{StateDir: cfg.HookStateDir, CgroupRoot: p.verifier.CgroupRoot, Claims: checkpointClaims{p.store},
+			Params: cfg.Offload, Interval: cfg.OffloadInterval, MaxPassBytes: cfg.OffloadMaxPassBytes,
+			Reporter: &offloadReporter{node: cfg.NodeName, interval: cfg.OffloadInterval, metrics: p.metrics.offload, statuses: p.statuses,
+				recorder: recorder, initContainer: p.pods.initContainer}}
+	}
 }
 
 // buildPublisher builds the ResourceSlice's publisher and, with monitor,
@@ -275,18 +305,19 @@ func (p *Plugin) buildPublisher(ctx context.Context, recorder events.EventRecord
 }
 
 // preparedNode is what prepare reads of the node (prepare.Node): the
-// publisher's offer and cgroup version. The kubelet may call before the
-// first Sync: the cgroup version falls back to New's discovery until the
-// publisher has facts of its own.
+// publisher's offer, and what the node supports from the publisher's
+// facts. The kubelet may call before the first Sync: the facts fall back
+// to New's discovery until the publisher has facts of its own.
 type preparedNode struct{ p *Plugin }
 
 func (n preparedNode) Offer() int64 { return n.p.publisher.Offer() }
 
-func (n preparedNode) CgroupVersion() int {
-	if v := n.p.publisher.Facts().CgroupVersion; v != 0 {
-		return v
+func (n preparedNode) Support() v1alpha1.NodeSupport {
+	facts := n.p.publisher.Facts()
+	if facts.CgroupVersion == 0 {
+		facts = n.p.facts
 	}
-	return n.p.facts.CgroupVersion
+	return swapdevice.Support(facts, n.p.cfg.Policy)
 }
 
 // prepareObserver passes what prepare did on to the metrics and the
@@ -554,6 +585,18 @@ func (p *Plugin) startLoops(ctx context.Context, wg *sync.WaitGroup, helper *kub
 	}
 	if p.usage != nil {
 		wg.Go(func() { p.usage.run(ctx, p.cfg.VerifyInterval) })
+	}
+	if p.offload != nil {
+		// One loop per node: the instance that publishes (holds the
+		// publish lock) offloads; during a rolling update the old one
+		// stops before it gives the lock up (Run's defers).
+		wg.Go(func() {
+			select {
+			case <-ctx.Done():
+			case <-p.publisher.Writing():
+				p.offload.Run(ctx)
+			}
+		})
 	}
 	if p.nri != nil {
 		wg.Go(func() { p.nri.Run(ctx) })

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
@@ -59,8 +60,8 @@ func (c *specsCluster) GetPod(_ context.Context, namespace, name string, uid typ
 
 type specsNodeInfo struct{}
 
-func (specsNodeInfo) CgroupVersion() int { return 2 }
-func (specsNodeInfo) Offer() int64       { return -1 }
+func (specsNodeInfo) Support() v1alpha1.NodeSupport { return v1alpha1.NodeSupport{CgroupVersion: 2} }
+func (specsNodeInfo) Offer() int64                  { return -1 }
 
 // swapPod is a pod on the node whose container uses the claim of the same
 // name (a pod and a claim per index).

@@ -98,6 +98,16 @@ func settingsFor(limitBytes int64, config *v1alpha1.SwapConfig) swapsettings.Set
 		s.Zswap = swapsettings.ZswapOn
 	case v1alpha1.ZswapDisabled:
 		s.Zswap = swapsettings.ZswapOff
+	case v1alpha1.ZswapCompressedOnly:
+		s.ZswapWritebackOff = true
+	}
+	if o := config.Offload; o != nil {
+		// Merge filled in the default; validated to 1..10000.
+		budget := int32(v1alpha1.DefaultMaxStall)
+		if o.MaxStallPercent != nil {
+			budget = int32(*o.MaxStallPercent)
+		}
+		s.OffloadMaxStall = &budget
 	}
 	if v := config.Swappiness; v != nil {
 		// Validated to 0..100; a negative value would turn huge here
@@ -128,7 +138,7 @@ func (m *Manager) config(claim *resourceapi.ResourceClaim, configs []resourceapi
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("%s%w", where, errs.ToAggregate())
 		}
-		if errs = sc.ValidateForCgroupVersion(m.opts.Node.CgroupVersion()); len(errs) > 0 {
+		if errs = sc.ValidateForNode(m.opts.Node.Support()); len(errs) > 0 {
 			for _, e := range errs {
 				e.Field = path.String() + "." + e.Field
 			}

@@ -36,6 +36,12 @@ func TestSettingsFor(t *testing.T) {
 			want: swapsettings.Settings{LimitBytes: 1, Swappiness: ptr.To[uint64](0)}},
 		{name: "swappiness", limit: 1, config: v1alpha1.SwapConfig{Swappiness: ptr.To[int64](100)},
 			want: swapsettings.Settings{LimitBytes: 1, Swappiness: ptr.To[uint64](100)}},
+		{name: "compressed only", limit: 1, config: v1alpha1.SwapConfig{Zswap: v1alpha1.ZswapCompressedOnly},
+			want: swapsettings.Settings{LimitBytes: 1, ZswapWritebackOff: true}},
+		{name: "offload with its budget", limit: 1, config: v1alpha1.SwapConfig{Offload: &v1alpha1.Offload{MaxStallPercent: ptr.To[v1alpha1.StallPercent](50)}},
+			want: swapsettings.Settings{LimitBytes: 1, OffloadMaxStall: ptr.To[int32](50)}},
+		{name: "offload with the default budget", limit: 1, config: v1alpha1.SwapConfig{Offload: &v1alpha1.Offload{}},
+			want: swapsettings.Settings{LimitBytes: 1, OffloadMaxStall: ptr.To[int32](10)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -87,8 +87,10 @@ type Options struct {
 
 // Node is what prepare reads of the node while it decides.
 type Node interface {
-	// CgroupVersion is the node's cgroup version (1 or 2).
-	CgroupVersion() int
+	// Support is what the node can apply of a SwapConfig: its cgroup
+	// version (1 or 2) and why it cannot offload or keep pages
+	// compressed only, if it cannot.
+	Support() v1alpha1.NodeSupport
 	// Offer is the swap the node offers now, negative when not known
 	// yet. A claim that would take the prepared claims above it is
 	// refused: it was allocated against an earlier, larger offer.

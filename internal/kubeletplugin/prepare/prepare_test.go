@@ -51,13 +51,18 @@ type env struct {
 	// version and its offer (negative: not known, no check).
 	cgroup int
 	offer  int64
+	// noOffload and noCompressedOnly say why the node cannot offload or
+	// keep pages compressed only ("": it can).
+	noOffload, noCompressedOnly string
 	// recorded and prepared, when set, are what the Observer calls.
 	recorded func(claims int, limitBytes int64)
 	prepared func(ClaimReport)
 }
 
-func (e *env) CgroupVersion() int { return e.cgroup }
-func (e *env) Offer() int64       { return e.offer }
+func (e *env) Support() v1alpha1.NodeSupport {
+	return v1alpha1.NodeSupport{CgroupVersion: e.cgroup, Offload: e.noOffload, CompressedOnly: e.noCompressedOnly}
+}
+func (e *env) Offer() int64 { return e.offer }
 
 func (e *env) Recorded(claims int, limitBytes int64) {
 	if e.recorded != nil {
@@ -364,6 +369,8 @@ func TestPrepareConfig(t *testing.T) {
 		opts     []claimOpt
 		wantArgs []string
 		wantErr  string
+		// noOffload and noCompressedOnly are the node's reasons.
+		noOffload, noCompressedOnly string
 	}{
 		{
 			name:   "class and claim merge on v2",
@@ -397,6 +404,41 @@ func TestPrepareConfig(t *testing.T) {
 			cgroup:  1,
 			opts:    []claimOpt{withConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","zswap":"Enabled"}`)},
 			wantErr: "spec.devices.config[0].opaque.parameters.zswap: Forbidden: memory.zswap.max exists only on cgroup v2; this node uses cgroup v1",
+		},
+		{
+			name:   "offload and compressed only on a capable v2 node",
+			cgroup: 2,
+			opts: []claimOpt{
+				withConfig(resourceapi.AllocationConfigSourceClass, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","offload":{"maxStallPercent":0.5}}`),
+				withConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","zswap":"CompressedOnly","offload":{}}`),
+			},
+			wantArgs: []string{"--zswap-writeback=off", "--offload-max-stall=50"},
+		},
+		{
+			name:    "offload on a v1 node",
+			cgroup:  1,
+			opts:    []claimOpt{withConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","offload":{"maxStallPercent":0.5}}`)},
+			wantErr: "spec.devices.config[0].opaque.parameters.offload: Forbidden: offload needs cgroup v2 (memory.reclaim and memory.pressure); this node uses cgroup v1",
+		},
+		{
+			name:    "compressed only on a v1 node",
+			cgroup:  1,
+			opts:    []claimOpt{withConfig(resourceapi.AllocationConfigSourceClass, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","zswap":"CompressedOnly"}`)},
+			wantErr: `DeviceClass dra.swap (its config for request "swap"): spec.config.opaque.parameters.zswap: Forbidden: CompressedOnly needs memory.zswap.writeback`,
+		},
+		{
+			name:      "offload on a v2 node that cannot",
+			cgroup:    2,
+			noOffload: "the kernel has no memory.reclaim (Linux 5.19 or later)",
+			opts:      []claimOpt{withConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","offload":{}}`)},
+			wantErr:   "spec.devices.config[0].opaque.parameters.offload: Forbidden: this node cannot offload: the kernel has no memory.reclaim (Linux 5.19 or later)",
+		},
+		{
+			name:             "compressed only on a v2 node that cannot",
+			cgroup:           2,
+			noCompressedOnly: "zswap is disabled",
+			opts:             []claimOpt{withConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","zswap":"CompressedOnly"}`)},
+			wantErr:          "spec.devices.config[0].opaque.parameters.zswap: Forbidden: this node cannot keep pages compressed only: zswap is disabled",
 		},
 		{
 			name:   "the user's index: the second config of the claim, after a class's",
@@ -458,7 +500,7 @@ func TestPrepareConfig(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			e.cgroup = tc.cgroup
+			e.cgroup, e.noOffload, e.noCompressedOnly = tc.cgroup, tc.noOffload, tc.noCompressedOnly
 			ctx := testContext(t)
 			claim := newClaim(uidA, "swap", 100*mi, tc.opts...)
 			r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]

@@ -52,6 +52,9 @@ type Policy struct {
 	// below its claim. Empty, the default: the node offers swap under
 	// NoSwap only.
 	UnsafeOfferUnder []string
+	// Offload: the plugin runs its offload loop (--offload-interval), so
+	// the node offloads the claims that ask for it where the kernel can.
+	Offload bool
 }
 
 // UnsafeSwapBehaviors are the kubelet swap behaviors under which a node
@@ -175,6 +178,7 @@ func (p Policy) offer(facts discovery.Facts) (int64, []resourceapi.DeviceTaint, 
 // unusable ("" when usable).
 func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*resourceapi.Device, string) {
 	attrs := attributes(facts, nodeLabels)
+	attrs[v1alpha1.AttrOffload] = resourceapi.DeviceAttribute{BoolValue: ptr.To(Support(facts, p).Offload == "")}
 	offer, taints, reasons := p.offer(facts)
 	reason := strings.Join(reasons, "; ")
 	attrs[v1alpha1.AttrUsable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(reason == "")}
@@ -212,6 +216,32 @@ func Device(facts discovery.Facts, nodeLabels map[string]string, p Policy) (*res
 		},
 	}
 	return device, ""
+}
+
+// Support is what the node can apply of a SwapConfig beyond its cgroup
+// version (prepare's check, and the offload attribute): why it cannot
+// offload, why it cannot keep pages compressed only ("" when it can).
+func Support(facts discovery.Facts, p Policy) v1alpha1.NodeSupport {
+	s := v1alpha1.NodeSupport{CgroupVersion: facts.CgroupVersion}
+	switch {
+	case facts.CgroupVersion != 2:
+		s.Offload = fmt.Sprintf("it runs cgroup v%d; offload needs cgroup v2", facts.CgroupVersion)
+	case !facts.MemoryReclaim:
+		s.Offload = "the kernel has no memory.reclaim (Linux 5.19 or later)"
+	case !facts.MemoryPressure:
+		s.Offload = "its cgroups have no memory.pressure: pressure stall information is off (boot with psi=1)"
+	case !p.Offload:
+		s.Offload = "the kubelet plugin runs without its offload loop (--offload-interval=0; the chart's kubeletPlugin.offload.interval)"
+	}
+	switch {
+	case facts.CgroupVersion != 2:
+		s.CompressedOnly = fmt.Sprintf("it runs cgroup v%d; memory.zswap.writeback needs cgroup v2", facts.CgroupVersion)
+	case !facts.ZswapWriteback:
+		s.CompressedOnly = "the kernel has no memory.zswap.writeback (Linux 6.8 or later)"
+	case !facts.Zswap:
+		s.CompressedOnly = "zswap is disabled (/sys/module/zswap/parameters/enabled; boot with zswap.enabled=1)"
+	}
+	return s
 }
 
 // attributes are the device attributes every node publishes, usable or not.

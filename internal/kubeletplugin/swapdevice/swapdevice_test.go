@@ -353,3 +353,48 @@ func TestSwapLimitExactAttribute(t *testing.T) {
 		})
 	}
 }
+
+// TestSupport: why a node cannot offload or keep pages compressed only,
+// and the offload attribute that follows.
+func TestSupport(t *testing.T) {
+	capable := func() discovery.Facts {
+		f := usableFacts()
+		f.MemoryReclaim, f.MemoryPressure, f.ZswapWriteback = true, true, true
+		return f
+	}
+	tests := []struct {
+		name                    string
+		facts                   func(*discovery.Facts)
+		noLoop                  bool
+		offload, compressedOnly string
+	}{
+		{name: "capable", facts: func(*discovery.Facts) {}},
+		{name: "cgroup v1", facts: func(f *discovery.Facts) { f.CgroupVersion, f.MemoryReclaim, f.MemoryPressure = 1, false, false },
+			offload: "it runs cgroup v1; offload needs cgroup v2", compressedOnly: "it runs cgroup v1; memory.zswap.writeback needs cgroup v2"},
+		{name: "no memory.reclaim", facts: func(f *discovery.Facts) { f.MemoryReclaim = false },
+			offload: "the kernel has no memory.reclaim (Linux 5.19 or later)"},
+		{name: "PSI off", facts: func(f *discovery.Facts) { f.MemoryPressure = false },
+			offload: "its cgroups have no memory.pressure: pressure stall information is off (boot with psi=1)"},
+		{name: "the loop off", facts: func(*discovery.Facts) {}, noLoop: true,
+			offload: "the kubelet plugin runs without its offload loop (--offload-interval=0; the chart's kubeletPlugin.offload.interval)"},
+		{name: "no memory.zswap.writeback", facts: func(f *discovery.Facts) { f.ZswapWriteback = false },
+			compressedOnly: "the kernel has no memory.zswap.writeback (Linux 6.8 or later)"},
+		{name: "zswap off", facts: func(f *discovery.Facts) { f.Zswap = false },
+			compressedOnly: "zswap is disabled (/sys/module/zswap/parameters/enabled; boot with zswap.enabled=1)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := capable()
+			tc.facts(&f)
+			p := Policy{OvercommitRatio: 1, Offload: !tc.noLoop}
+			s := Support(f, p)
+			if s.CgroupVersion != f.CgroupVersion || s.Offload != tc.offload || s.CompressedOnly != tc.compressedOnly {
+				t.Errorf("Support = %+v, want offload %q, compressed only %q", s, tc.offload, tc.compressedOnly)
+			}
+			dev, _ := Device(f, nil, p)
+			if a := dev.Attributes[v1alpha1.AttrOffload]; a.BoolValue == nil || *a.BoolValue != (tc.offload == "") {
+				t.Errorf("offload attribute = %+v, want %v", a, tc.offload == "")
+			}
+		})
+	}
+}

@@ -48,8 +48,14 @@ var (
 // optional are the metrics the dashboard may show without a series in the
 // scraped data, and why.
 var optional = map[string]string{
-	"dra_swap_claim_swap_used_bytes":      "exported only with the plugin's --claim-usage-metrics (chart default off)",
-	"dra_swap_node_memory_pressure_ratio": "exported only where the node has pressure stall information (dra_swap_psi_available 1)",
+	"dra_swap_claim_swap_used_bytes":         "exported only with the plugin's --claim-usage-metrics (chart default off)",
+	"dra_swap_node_memory_pressure_ratio":    "exported only where the node has pressure stall information (dra_swap_psi_available 1)",
+	"dra_swap_offload_swap_used_bytes":       "one series per prepared claim with SwapConfig offload (cgroup v2 nodes only)",
+	"dra_swap_offload_swap_peak_bytes":       "one series per prepared claim with SwapConfig offload, where the kernel has memory.swap.peak",
+	"dra_swap_offload_reclaimed_bytes_total": "one series per prepared claim with SwapConfig offload (cgroup v2 nodes only)",
+	"dra_swap_offload_stall_ratio":           "one series per prepared claim with SwapConfig offload, once its stall was measured",
+	"dra_swap_offload_max_stall_ratio":       "one series per prepared claim with SwapConfig offload (cgroup v2 nodes only)",
+	"dra_swap_offload_paused":                "one series per prepared claim with SwapConfig offload (cgroup v2 nodes only)",
 }
 
 // The scraped series are loaded as scraped at start and every interval

@@ -9,6 +9,8 @@
 // (then reports FREED): memory that stays where the kernel puts it (in
 // swap, once reclaim pushed it there) and that a test can have freed. With FLOOD_TARGETS it
 // floods webhook servers with forged admission reviews instead (flood.go).
+// With HOT_MIB it runs a heap half hot, half cold instead, counting its
+// operations (hotcold.go).
 package main
 
 import (
@@ -28,6 +30,10 @@ import (
 func main() {
 	if os.Getenv("FLOOD_TARGETS") != "" {
 		flood()
+		return
+	}
+	if os.Getenv("HOT_MIB") != "" {
+		hotCold()
 		return
 	}
 	alloc := envInt("ALLOC_MIB", 200)
@@ -96,7 +102,7 @@ func read() report.Report {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		r.CgroupVersion = 2
 		dir := "/sys/fs/cgroup/"
-		for _, f := range []string{"memory.max", "memory.swap.max", "memory.swap.current", "memory.swap.peak", "memory.swap.high", "memory.zswap.max", "memory.current"} {
+		for _, f := range []string{"memory.max", "memory.swap.max", "memory.swap.current", "memory.swap.peak", "memory.swap.high", "memory.zswap.max", "memory.zswap.writeback", "memory.current"} {
 			r.Files[f] = file(dir + f)
 		}
 		r.MemoryLimitBytes = num(r.Files["memory.max"])
