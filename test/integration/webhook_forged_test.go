@@ -33,10 +33,13 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
-// answerBound is how long a forged review may take to be answered: less
-// than the webhooks' timeouts (3 s, 5 s for config.dra.swap), so forged
-// reviews cannot keep the controller from answering the API server.
-const answerBound = 2 * time.Second
+// answerBound is how long a forged review may take to be answered: the
+// labelers' wait for what a review names to reach the cache
+// (webhook.DefaultCacheWait, 2 s, which a review naming pods that do not
+// exist waits in full) and half a second more, less than the webhooks'
+// timeouts (3 s, 5 s for config.dra.swap), so forged reviews cannot keep
+// the controller from answering the API server.
+const answerBound = webhook.DefaultCacheWait + 500*time.Millisecond
 
 // maxForgedAPIRequests bounds the API requests one forged review may cause.
 const maxForgedAPIRequests = 5
