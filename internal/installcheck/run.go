@@ -262,7 +262,7 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) (Result, 
 	err = wait.PollUntilContextCancel(waitCtx, cfg.Poll, true, func(ctx context.Context) (bool, error) {
 		if observeErr = observe(ctx, client, cfg, states); observeErr != nil {
 			logger.Error(observeErr, "Reading the probes; retrying")
-			return false, nil
+			return false, nil //nolint:nilerr // retried until the timeout; observeErr is reported after the poll
 		}
 		observed = true
 		for _, s := range states {
