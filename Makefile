@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 # The driver image's tag and version label (the chart's appVersion), its
 # revision label, and the registry `make push` and `make release` push to
 # (HOST[:PORT][/PATH]).
-VERSION ?= 0.1.0
+VERSION ?= 0.2.0
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 REGISTRY ?=
 IMAGES_DIR ?= $(CURDIR)/_output/images
