@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 # The driver image's tag and version label (the chart's appVersion), its
 # revision label, and the registry `make push` and `make release` push to
 # (HOST[:PORT][/PATH]).
-VERSION ?= 0.1.0
+VERSION ?= 0.2.0
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 REGISTRY ?=
 IMAGES_DIR ?= $(CURDIR)/_output/images
@@ -86,15 +86,14 @@ fmt-check:
 
 ## verify: gofmt, the linters (make lint), go vet, the driver's and tools
 ## modules requiring the same versions of what both compile
-## (hack/check-modules.sh), the hook linking no k8s.io module
-## (hack/check-hook-deps.sh), and the packages' layering: the controller
-## depends on nothing node-side (hack/check-layers.sh).
+## (hack/check-modules.sh), and the import rules (test/layers: the
+## controller depends on nothing node-side, the contract on nothing
+## internal, the hook on no k8s.io package).
 verify: fmt-check lint
 	$(NOCGO) $(GO) vet ./...
 	cd $(IMAGES_MODULE) && $(NOCGO) $(GO) vet ./...
 	hack/check-modules.sh
-	hack/check-hook-deps.sh
-	hack/check-layers.sh
+	$(NOCGO) $(GO) test -count=1 ./test/layers/
 
 ## lint: golangci-lint with logcheck compiled in (.golangci.yml says which
 ## linters and why) on the driver's module and the image builder's; built

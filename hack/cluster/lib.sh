@@ -8,7 +8,7 @@ BIN="${BIN:-$REPO/_output/bin}"
 IMAGES="${IMAGES:-$REPO/_output/images}"
 # The driver image's tag (the chart's appVersion) and the tag of the same
 # code built with another version label, which the e2e upgrade test rolls to.
-DRIVER_VERSION="${DRIVER_VERSION:-${VERSION:-0.1.0}}"
+DRIVER_VERSION="${DRIVER_VERSION:-${VERSION:-0.2.0}}"
 DRIVER_UPGRADE_VERSION="${DRIVER_UPGRADE_VERSION:-$DRIVER_VERSION-upgrade}"
 # The OCI layouts build.sh writes and up.sh pushes: every image at
 # DRIVER_VERSION, and the driver's at DRIVER_UPGRADE_VERSION.

@@ -9,7 +9,7 @@
 //
 // This package is what the hook links of that channel: it depends on no
 // Kubernetes package, so that dra-swap-hook, which runs at every container
-// start, stays small (make verify checks it, hack/check-hook-deps.sh).
+// start, stays small (make verify checks it, test/layers).
 package hookrecord
 
 import (

@@ -43,7 +43,7 @@ func (c *env) driverVersion() string {
 	if v := c.Env["DRIVER_VERSION"]; v != "" {
 		return v
 	}
-	return "0.1.0"
+	return "0.2.0"
 }
 
 func (c *env) upgradeVersion() string {
