@@ -29,7 +29,7 @@ IMAGES_MODULE := test/tools/images
 NOCGO := CGO_ENABLED=0 GOFLAGS=-trimpath
 COMMANDS := dra-swap-kubeletplugin dra-swap-hook dra-swap-controller
 
-.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster e2e-crio e2e-conformance conformance-docs demo demo-down verify lint fuzz bench bench-e2e bench-scale k8s-binaries helm manifests chart-docs deps clean unit-compile fmt-check
+.PHONY: all build image-tool images push release test unit integration e2e e2e-cluster e2e-crio e2e-conformance conformance-docs demo demo-down verify lint fuzz bench bench-e2e bench-scale k8s-binaries helm manifests chart-docs chart-schema deps clean unit-compile fmt-check
 
 all: build
 
@@ -138,18 +138,29 @@ manifests: helm
 	   $(OUT_DIR)/helm template dra-driver-swap $(CHART) --namespace dra-swap --no-hooks; } > deployments/static/dra-driver-swap.yaml
 
 ## chart-docs: $(CHART)/README.md from the comments of its values.yaml
-## (helm-docs' `# --` form) and README.md.gotmpl; the integration test
-## TestChartREADME fails while it is stale.
-chart-docs:
+## (helm-docs' `# --` form) and README.md.gotmpl, and its values.schema.json
+## (make chart-schema); the integration tests TestChartREADME and
+## TestChartSchema fail while either is stale.
+chart-docs: chart-schema
 	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh helm-docs
 	$(OUT_DIR)/helm-docs --chart-search-root $(CHART) --sort-values-order file --log-level warning
+
+## chart-schema: $(CHART)/values.schema.json from its values.yaml: the types
+## of the defaults, the `# @schema` annotations (helm-values-schema-json's)
+## and the `# --` descriptions. Every object is closed (an unknown key fails
+## helm install) where values.yaml says `additionalProperties: false`; the
+## test's schemaArgs (test/integration/helm_docs_test.go) repeat these flags.
+CHART_SCHEMA_ARGS := --draft 7 --indent 2 --use-helm-docs --schema-root.title "dra-driver-swap values" --schema-root.additional-properties=false
+chart-schema:
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh helm-values-schema-json
+	$(OUT_DIR)/helm-values-schema-json --values $(CHART)/values.yaml --output $(CHART)/values.schema.json $(CHART_SCHEMA_ARGS)
 
 ## integration: the kubelet plugin, the controller and the chart against a
 ## real kube-apiserver and etcd; the scale harness's small run (test/scale:
 ## 100 simulated nodes, a real kube-scheduler).
 integration: deps
-	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver kube-scheduler helm helm-docs
-	HELM=$(OUT_DIR)/helm HELM_DOCS=$(OUT_DIR)/helm-docs KUBE_APISERVER=$(OUT_DIR)/kube-apiserver KUBE_SCHEDULER=$(OUT_DIR)/kube-scheduler $(NOCGO) $(GO) test -count=1 -v ./test/integration/... ./test/scale/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver kube-scheduler helm helm-docs helm-values-schema-json
+	HELM=$(OUT_DIR)/helm HELM_DOCS=$(OUT_DIR)/helm-docs HELM_VALUES_SCHEMA_JSON=$(OUT_DIR)/helm-values-schema-json KUBE_APISERVER=$(OUT_DIR)/kube-apiserver KUBE_SCHEDULER=$(OUT_DIR)/kube-scheduler $(NOCGO) $(GO) test -count=1 -v ./test/integration/... ./test/scale/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 ## e2e: a real single-node cluster (kubelet, containerd, runc, swap file) and the e2e suite.
 e2e:

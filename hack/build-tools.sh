@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds the commands of the tools module (test/tools) that the integration
 # and end-to-end tests and `make release` run: real Kubernetes components,
-# the helm v4 CLI, cyclonedx-gomod (the release's SBOMs) and helm-docs (the
-# chart's README), from source, in one go build; and golangci-lint with
+# the helm v4 CLI, cyclonedx-gomod (the release's SBOMs), helm-docs (the
+# chart's README) and helm-values-schema-json (its values.schema.json), from
+# source, in one go build; and golangci-lint with
 # logcheck compiled in (`make lint`), from the lint module (test/tools/lint).
 #
 # Usage: hack/build-tools.sh [COMMAND...]
 #   COMMAND is one of kube-apiserver, kube-scheduler, kube-controller-manager,
-#   kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs, golangci-lint
+#   kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs,
+#   helm-values-schema-json, golangci-lint
 #   (default: kube-apiserver).
 #
 # helm is built in the same module as Kubernetes, and that module requires
@@ -79,8 +81,9 @@ package_of() {
 	helm) echo helm.sh/helm/v4/cmd/helm ;;
 	cyclonedx-gomod) echo github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod ;;
 	helm-docs) echo github.com/norwoodj/helm-docs/cmd/helm-docs ;;
+	helm-values-schema-json) echo github.com/losisin/helm-values-schema-json/v2 ;;
 	golangci-lint) echo github.com/dra-driver-swap/dra-driver-swap/test/tools/lint/golangci-lint ;;
-	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs or golangci-lint)" ;;
+	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs, helm-values-schema-json or golangci-lint)" ;;
 	esac
 }
 # module_of COMMAND: the directory of the module that builds COMMAND.
@@ -97,9 +100,11 @@ done
 mkdir -p "${OUT_DIR}"
 OUT_DIR="$(cd "${OUT_DIR}" && pwd)"
 
-# helm's and helm-docs' versions, as their release builds set them.
+# helm's, helm-docs' and helm-values-schema-json's versions, as their
+# release builds set them.
 helm_version="$(required helm.sh/helm/v4)"
 helm_docs_version="$(required github.com/norwoodj/helm-docs)"
+schema_version="$(required github.com/losisin/helm-values-schema-json/v2)"
 
 # -s -w: no symbol table and no DWARF (as Kubernetes releases build them):
 # a faster link, and smaller binaries for the emulated node to load over 9p.
@@ -108,9 +113,10 @@ ldflags+=" -X k8s.io/component-base/version.gitMajor=${git_major}"
 ldflags+=" -X k8s.io/component-base/version.gitMinor=${git_minor}"
 ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
 ldflags+=" -X helm.sh/helm/v4/internal/version.version=${helm_version}"
-# helm-docs' main package; -X on the other commands' main packages, which
-# have no such variable, sets nothing.
+# helm-docs' and helm-values-schema-json's main packages; -X on the other
+# commands' main packages, which have no such variable, sets nothing.
 ldflags+=" -X main.version=${helm_docs_version#v}"
+ldflags+=" -X main.Version=${schema_version}"
 
 todo=()
 for cmd in "$@"; do

@@ -86,3 +86,51 @@ func firstDifference(have, want string) string {
 	}
 	return ""
 }
+
+// schemaArgs are the arguments `make chart-schema` gives
+// helm-values-schema-json (CHART_SCHEMA_ARGS), after --values and --output.
+var schemaArgs = []string{"--draft", "7", "--indent", "2", "--use-helm-docs",
+	"--schema-root.title", "dra-driver-swap values", "--schema-root.additional-properties=false"}
+
+// TestChartSchema: the chart's values.schema.json is what
+// helm-values-schema-json generates from values.yaml (its `# @schema`
+// annotations and `# --` descriptions) now (`make chart-schema`).
+func TestChartSchema(t *testing.T) {
+	bin := os.Getenv("HELM_VALUES_SCHEMA_JSON")
+	if bin == "" {
+		bin = "../../_output/bin/helm-values-schema-json"
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("no helm-values-schema-json binary at %s (%v): run `hack/build-tools.sh helm-values-schema-json` or set HELM_VALUES_SCHEMA_JSON", bin, err)
+	}
+	// Absolute: the command runs in another directory.
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := filepath.Abs(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "values.schema.json")
+	cmd := exec.Command(bin, append([]string{"--values", values, "--output", out}, schemaArgs...)...)
+	// Its working directory holds no .schema.yaml (the generator's
+	// configuration file, read from there when present).
+	cmd.Dir = dir
+	if output, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm-values-schema-json: %v\n%s", err, output)
+	}
+	generated, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("helm-values-schema-json wrote no schema: %v", err)
+	}
+	checkedIn, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(generated, checkedIn) {
+		t.Errorf("%s/values.schema.json is not what helm-values-schema-json generates from values.yaml: run `make chart-schema`\n%s",
+			chartDir, firstDifference(string(checkedIn), string(generated)))
+	}
+}
