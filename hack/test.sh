@@ -16,7 +16,7 @@
 #   4. the unit tests, at normal priority (compiled by then: links and runs).
 # Nothing timed runs at idle priority: vet's result does not depend on time,
 # and the unit tests themselves run in step 4. Running the emulated leg
-# beside the host's tests was tried twice and measured (see docs/design.md):
+# beside the host's tests was tried twice and measured (see docs/development.md):
 # with the guest's control plane inside it, the starved guest's API server
 # timed out TLS handshakes and its node went NotReady; with the control
 # plane on the host and QEMU at nice -5, the guest still got too little CPU
