@@ -141,7 +141,7 @@ func run(args []string, stdout io.Writer) error {
 	cfg.OwnerNamespace = namespace
 	if limit := softMemoryLimit("/sys/fs/cgroup", os.Getenv); limit > 0 {
 		debug.SetMemoryLimit(limit)
-		logger.Info("Soft memory limit set to half the container's", "bytes", limit)
+		logger.Info("Soft memory limit set to two fifths of the container's", "bytes", limit)
 	}
 	return controller.Run(ctx, restConfig, cfg)
 }

@@ -13,9 +13,9 @@ func TestSoftMemoryLimit(t *testing.T) {
 		gomemlimit string
 		want       int64
 	}{
-		{name: "cgroup v2", files: map[string]string{"memory.max": "536870912\n"}, want: 256 << 20},
+		{name: "cgroup v2", files: map[string]string{"memory.max": "536870912\n"}, want: 536870912 * 2 / 5},
 		{name: "cgroup v2 without a limit", files: map[string]string{"memory.max": "max\n"}},
-		{name: "cgroup v1", files: map[string]string{"memory/memory.limit_in_bytes": "536870912\n"}, want: 256 << 20},
+		{name: "cgroup v1", files: map[string]string{"memory/memory.limit_in_bytes": "536870912\n"}, want: 536870912 * 2 / 5},
 		{name: "cgroup v1 without a limit", files: map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n"}},
 		{name: "no cgroup files"},
 		{name: "unreadable value", files: map[string]string{"memory.max": "lots\n"}},

@@ -388,13 +388,13 @@ func (c *Cluster) runController(ctx context.Context, qps int) error {
 		args = append(args, "--kube-api-qps="+strconv.Itoa(qps), "--kube-api-burst="+strconv.Itoa(2*qps))
 	}
 	// In the chart's container the controller sets its soft memory limit
-	// to half of the container's memory limit; a process here has no
-	// container limit, so it is given that half.
+	// to two fifths of the container's memory limit; a process here has
+	// no container limit, so it is given that share.
 	env, err := exec.LookPath("env")
 	if err != nil {
 		return err
 	}
-	args = append([]string{"GOMEMLIMIT=" + strconv.FormatInt(c.controllerMemoryLimit/2, 10), c.controllerBin}, args...)
+	args = append([]string{"GOMEMLIMIT=" + strconv.FormatInt(c.controllerMemoryLimit*2/5, 10), c.controllerBin}, args...)
 	p, err := startProcess("dra-swap-controller", env, filepath.Join(c.dir, "dra-swap-controller.log"), args...)
 	if err != nil {
 		return err
