@@ -470,15 +470,14 @@ func memoryResized(container, mem string) func(*corev1.Pod) bool {
 	}
 }
 
-// TestResizeWhileTheHookStateIsLocked (item 4 of issue 29; host node): the
-// hook state's lock is held by another process (this test, on the node,
-// as a hook stuck on a thrashing node would) for longer than NRI's 2 s
-// request timeout while a claimed container is resized in place. The
-// runtime's NRI calls do not wait for it: the resize completes, the
-// plugin stays registered with the runtime (dra_swap_nri_connected reads
-// 1 throughout, sampled every 200 ms: a plugin the runtime dropped
-// reconnects only after 5 s), and once the lock is free the container's
-// limit is the claim's.
+// TestResizeWhileTheHookStateIsLocked: the hook state's lock is held by
+// another process (this test, on the node, as a hook stuck on a thrashing
+// node would) for longer than NRI's 2 s request timeout while a claimed
+// container is resized in place. The runtime's NRI calls do not wait for
+// it: the resize completes, the plugin stays registered with the runtime
+// (dra_swap_nri_connected reads 1 throughout, sampled every 200 ms: a
+// plugin the runtime dropped reconnects only after 5 s), and once the lock
+// is free the container's limit is the claim's.
 func TestResizeWhileTheHookStateIsLocked(t *testing.T) {
 	c := loadCluster(t, needsNode("holds the hook state's lock on the node"))
 	if c.Env["NRI_DISABLE"] == "1" {
@@ -624,8 +623,7 @@ func readGauge(client *http.Client, url, name string) (float64, error) {
 	return 0, fmt.Errorf("%s: no %s", url, name)
 }
 
-// TestOverGrantAfterMemoryDecrease (item 6 of issue 29; cgroup v1, host
-// node): a container with a 64Mi claim and a 256Mi memory limit (memsw
+// TestOverGrantAfterMemoryDecrease (cgroup v1): a container with a 64Mi claim and a 256Mi memory limit (memsw
 // 320Mi) holds 240Mi, which memory pressure has pushed to swap (the test
 // lowers its memory limit on the node for a moment, under the hook
 // state's lock so that the verifier does not see it), and is then
