@@ -18,6 +18,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -949,6 +950,21 @@ func TestController(t *testing.T) {
 			t.Fatal(err)
 		}
 		alice := env.s.ClientForUser(t, "alice")
+		// The API server's authorizer learns of the Role and its binding
+		// from a watch: wait until it lets alice create what she creates
+		// below.
+		for _, resource := range []struct{ group, resource string }{{"", "pods"}, {"resource.k8s.io", "resourceclaims"}} {
+			if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				review, err := alice.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+					Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Namespace: tenant, Verb: "create", Group: resource.group, Resource: resource.resource,
+					}},
+				}, metav1.CreateOptions{})
+				return err == nil && review.Status.Allowed, nil
+			}); err != nil {
+				t.Fatalf("alice may not create %s in %s: %v", resource.resource, tenant, err)
+			}
+		}
 		// Everything alice can write in her namespace: a pod that claims
 		// the hidden label through the driver's annotation, sets a fake
 		// topology label and lists labels the controller does not own
