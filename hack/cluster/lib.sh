@@ -477,6 +477,12 @@ insecure = true
 REG
 	mkdir -p "$CRIO_DIR/registries.conf.d"
 	echo '{"default": [{"type": "insecureAcceptAnything"}]}' > "$CRIO_DIR/policy.json"
+	# The node's registry credentials, as a node pulling from a private
+	# registry has them: the cluster's registry wants them for its /v2/
+	# ping, which containers/image makes before every pull (containerd
+	# asks for the manifest straight away, which public paths serve).
+	printf '{"auths": {"%s": {"auth": "%s"}}}\n' "$REGISTRY" "$(tr -d '\n' < "$PKI/registry-basic-auth" | base64 -w0)" > "$CRIO_DIR/auth.json"
+	chmod 600 "$CRIO_DIR/auth.json"
 	cat > "$CRIO_DIR/crio.conf" <<TOML
 [crio]
 root = "$CRIO_DIR/root"
@@ -510,6 +516,7 @@ monitor_path = "$(command -v conmon)"
 monitor_cgroup = "pod"
 [crio.image]
 pause_image = "$REGISTRY/pause:3.10"
+global_auth_file = "$CRIO_DIR/auth.json"
 signature_policy = "$CRIO_DIR/policy.json"
 [crio.network]
 network_dir = "$CLUSTER_DIR/cni/net.d"
