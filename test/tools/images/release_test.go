@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -336,10 +337,15 @@ func TestRelease(t *testing.T) {
 		if err != nil {
 			t.Fatalf("helm template %s --version %s: %v\n%s", chartURL, releaseVersion, err, out)
 		}
+		// The plugin's, the controller's and the cleanup Job's pod
+		// templates, and the helm test's pod, which also names the
+		// Secret for its probes.
 		wantImage := "image: " + registry + "/dra-driver-swap:" + releaseVersion + "\n"
-		if n := strings.Count(out, wantImage); n != 3 || strings.Count(out, "imagePullSecrets:\n        - name: regcred\n") != 3 {
-			t.Errorf("helm template of %s: %d containers of %q and %d with the pull secret, want the plugin's, the controller's and the cleanup Job's:\n%s",
-				chartURL, n, strings.TrimSpace(wantImage), strings.Count(out, "imagePullSecrets:\n        - name: regcred\n"), out)
+		pullSecret := regexp.MustCompile(`imagePullSecrets:\n\s+- name: regcred\n`)
+		if n, secrets := strings.Count(out, wantImage), len(pullSecret.FindAllString(out, -1)); n != 4 || secrets != 4 ||
+			!strings.Contains(out, `"--image-pull-secrets=regcred"`) {
+			t.Errorf("helm template of %s: %d containers of %q and %d with the pull secret, want the plugin's, the controller's, the cleanup Job's and the helm test's, whose probes get the Secret too:\n%s",
+				chartURL, n, strings.TrimSpace(wantImage), secrets, out)
 		}
 	})
 }
