@@ -17,7 +17,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
@@ -177,11 +176,8 @@ func (h *BindingLabeler) deferred(reason string) {
 func (h *BindingLabeler) pod(ctx context.Context, key types.NamespacedName, uid types.UID, until time.Time) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
 	found, err := awaitCache(ctx, until, func() (bool, error) {
-		switch err := h.Pods.Get(ctx, key, pod); {
-		case apierrors.IsNotFound(err):
-			return false, nil
-		case err != nil:
-			return false, fmt.Errorf("get pod %s from the cache: %w", key, err)
+		if ok, err := cached(ctx, h.Pods, "pod", key, pod); !ok {
+			return false, err
 		}
 		return (uid == "" || pod.UID == uid) && claimsNamed(pod), nil
 	})
@@ -202,11 +198,8 @@ func (h *BindingLabeler) claimsAllocatedOn(ctx context.Context, pod *corev1.Pod,
 		key := types.NamespacedName{Namespace: pod.Namespace, Name: name}
 		claim := &resourceapi.ResourceClaim{}
 		allocated, err := awaitCache(ctx, until, func() (bool, error) {
-			switch err := h.Claims.Get(ctx, key, claim); {
-			case apierrors.IsNotFound(err):
-				return false, nil
-			case err != nil:
-				return false, fmt.Errorf("get ResourceClaim %s from the cache: %w", key, err)
+			if ok, err := cached(ctx, h.Claims, "ResourceClaim", key, claim); !ok {
+				return false, err
 			}
 			return claim.Status.Allocation != nil, nil
 		})

@@ -2,11 +2,14 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/flowcontrol"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // What a review may make the controller ask of the API server. The
@@ -115,4 +118,17 @@ func awaitCache(ctx context.Context, until time.Time, look func() (bool, error))
 		case <-t.C:
 		}
 	}
+}
+
+// cached reads the object key from the cache r into obj, for awaitCache's
+// look: false (and no error) while the cache does not show it; kind names
+// it in the error.
+func cached(ctx context.Context, r client.Reader, kind string, key types.NamespacedName, obj client.Object) (bool, error) {
+	switch err := r.Get(ctx, key, obj); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get %s %s from the cache: %w", kind, key, err)
+	}
+	return true, nil
 }

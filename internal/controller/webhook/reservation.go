@@ -163,11 +163,8 @@ func (h *ReservationLabeler) storedClaim(ctx context.Context, key types.Namespac
 	var claim *resourceapi.ResourceClaim
 	_, err := awaitCache(ctx, until, func() (bool, error) {
 		c := &resourceapi.ResourceClaim{}
-		switch err := h.Claims.Get(ctx, key, c); {
-		case apierrors.IsNotFound(err):
-			return false, nil
-		case err != nil:
-			return false, fmt.Errorf("get ResourceClaim %s from the cache: %w", key, err)
+		if ok, err := cached(ctx, h.Claims, "ResourceClaim", key, c); !ok {
+			return false, err
 		}
 		claim = c
 		if c.ResourceVersion == resourceVersion && c.UID == uid {
@@ -187,11 +184,8 @@ func (h *ReservationLabeler) label(ctx context.Context, claim *resourceapi.Resou
 	key := types.NamespacedName{Namespace: claim.Namespace, Name: ref.Name}
 	pod := &corev1.Pod{}
 	found, err := awaitCache(ctx, until, func() (bool, error) {
-		switch err := h.Pods.Get(ctx, key, pod); {
-		case apierrors.IsNotFound(err):
-			return false, nil
-		case err != nil:
-			return false, fmt.Errorf("get pod %s from the cache: %w", key, err)
+		if ok, err := cached(ctx, h.Pods, "pod", key, pod); !ok {
+			return false, err
 		}
 		// The claim controller names a template's claim in the pod's
 		// status: the cache may show the pod before that.
