@@ -224,21 +224,6 @@ func TestForgedWebhookReviews(t *testing.T) {
 	victimClaim := stored.DeepCopy()
 	victimClaim.Namespace = "victim"
 
-	manyRequests := func(n int) []byte {
-		c := swapClaim("many", "1000Ki", "")
-		c.Namespace = tenant
-		r := c.Spec.Devices.Requests[0]
-		c.Spec.Devices.Requests = nil
-		for i := range n {
-			r.Name = fmt.Sprintf("r%05d", i)
-			c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, r)
-		}
-		return reviewBody(t, admissionv1.AdmissionRequest{
-			Kind:      metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaim"},
-			Resource:  metav1.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"},
-			Namespace: tenant, Name: c.Name, Operation: admissionv1.Create, Object: rawJSON(t, c),
-		})
-	}
 	// 100 nodes' slices in the cache, for the config handler's offers.
 	for i := range 100 {
 		name := fmt.Sprintf("far-%03d", i)
@@ -282,10 +267,10 @@ func TestForgedWebhookReviews(t *testing.T) {
 			body:       func() []byte { return reservationReview(t, stored, many(allocatedOn(stored, "node-a"), 80000)) },
 			wantStatus: http.StatusRequestEntityTooLarge, wantMessage: "larger than the webhook's limit"},
 		{name: "(d) a 7 MB claim with 75,000 requests", path: webhook.ConfigPath,
-			body:       func() []byte { return manyRequests(75000) },
+			body:       func() []byte { return manyRequestsReview(t, 75000) },
 			wantStatus: http.StatusRequestEntityTooLarge, wantMessage: "larger than the webhook's limit"},
 		{name: "(d) a claim with 30,000 requests within the size limit", path: webhook.ConfigPath,
-			body:       func() []byte { return manyRequests(30000) },
+			body:       func() []byte { return manyRequestsReview(t, 30000) },
 			wantStatus: http.StatusOK, wantMessage: "spec.devices.requests: Too many: 30000: must have at most 32 items"},
 	}
 	for _, tc := range tests {
