@@ -118,8 +118,20 @@ func TestServeHTTP(t *testing.T) {
 		t.Errorf("second listener on %s: %v", addr, err)
 	}
 	// One caller holds at most httpserver.MaxConnsPerHost connections: the
-	// next is closed at once, whatever it sends.
-	http.DefaultClient.CloseIdleConnections()
+	// next is closed at once, whatever it sends. A fresh server counts them:
+	// the server above may not have seen the GETs' connections close yet.
+	stop()
+	l, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = l.Addr().String()
+	l.Close()
+	stop, err = serveHTTP(ctx, addr, metrics.Handler(), newProbes(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
 	var conns []net.Conn
 	for range httpserver.MaxConnsPerHost + 1 {
 		c, err := net.Dial("tcp", addr)
