@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 pids=()
-for dir in . test/tools test/tools/containerd test/tools/images test/tools/lint; do
+for dir in . tools tools/containerd tools/images tools/lint; do
 	(cd "$dir" && go mod download && echo "prefetch: $dir done after $((SECONDS - start)) s") &
 	pids+=($!)
 done

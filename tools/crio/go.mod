@@ -1,7 +1,7 @@
 // Module crio builds CRI-O, the second container runtime that the
 // end-to-end cluster's cgroup v2 node runs, from source (no prebuilt
 // downloads), with the dependency versions of its release.
-module github.com/dra-driver-swap/dra-driver-swap/test/tools/crio
+module github.com/dra-driver-swap/dra-driver-swap/tools/crio
 
 go 1.26.3
 

@@ -5,7 +5,7 @@
 // leak into it; for every package both modules compile it requires the same
 // version as the driver's module (hack/check-modules.sh), so that a cold
 // build compiles them once.
-module github.com/dra-driver-swap/dra-driver-swap/test/tools
+module github.com/dra-driver-swap/dra-driver-swap/tools
 
 go 1.26.0
 

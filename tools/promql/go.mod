@@ -1,4 +1,4 @@
-module github.com/dra-driver-swap/dra-driver-swap/test/tools/promql
+module github.com/dra-driver-swap/dra-driver-swap/tools/promql
 
 go 1.26.7
 

@@ -2,11 +2,11 @@
 // compiled in (./golangci-lint; hack/build-tools.sh golangci-lint). It is a
 // module of its own because golangci-lint's requirements would move
 // golang.org/x/tools, x/net, x/mod, otelhttp and others that Kubernetes and
-// helm compile with in test/tools. For every package it shares with the
+// helm compile with in tools/. For every package it shares with the
 // driver's module it requires the driver's version (hack/check-modules.sh),
 // so that a cold make test compiles it once; the prometheus, zap, pflag and
 // x/text requires below are raised for that.
-module github.com/dra-driver-swap/dra-driver-swap/test/tools/lint
+module github.com/dra-driver-swap/dra-driver-swap/tools/lint
 
 go 1.26.0
 

@@ -21,8 +21,8 @@ func TestModuleRoot(t *testing.T) {
 		}
 	}
 	writeGoMod(repo, modulePath)
-	nested := filepath.Join(repo, "test", "tools", "images")
-	writeGoMod(nested, modulePath+"/test/tools/images")
+	nested := filepath.Join(repo, "tools", "images")
+	writeGoMod(nested, modulePath+"/tools/images")
 	deep := filepath.Join(repo, "cmd", "dra-swap-hook")
 	if err := os.MkdirAll(deep, 0o755); err != nil {
 		t.Fatal(err)

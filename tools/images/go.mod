@@ -2,10 +2,10 @@
 // the driver's and the e2e tests' images, pushes them and serves a
 // registry for the test clusters. It is a module of its own so that
 // go-containerregistry and docker/cli stay out of the driver's go.mod, and
-// apart from test/tools, whose Kubernetes and helm versions they would move.
+// apart from tools/, whose Kubernetes and helm versions they would move.
 // For every package it shares with the driver's module it requires the
 // driver's version (hack/check-modules.sh).
-module github.com/dra-driver-swap/dra-driver-swap/test/tools/images
+module github.com/dra-driver-swap/dra-driver-swap/tools/images
 
 go 1.26.0
 

@@ -1,6 +1,6 @@
 // Module containerd builds the container runtime that the end-to-end
 // cluster runs, from source (no prebuilt downloads).
-module github.com/dra-driver-swap/dra-driver-swap/test/tools/containerd
+module github.com/dra-driver-swap/dra-driver-swap/tools/containerd
 
 go 1.26.0
 
