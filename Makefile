@@ -18,10 +18,10 @@ VERSION_LDFLAGS := -X github.com/dra-driver-swap/dra-driver-swap/internal/versio
 	-X github.com/dra-driver-swap/dra-driver-swap/internal/version.revision=$(REVISION)
 
 GO_PACKAGES := ./api/... ./cmd/... ./internal/... ./test/monitoring/... ./test/docs/... ./test/manifest/... ./test/e2e/cluster/... ./test/e2e/conformance/...
-# The image builder, dra-swap-images: a module of its own (go-containerregistry
-# and docker/cli stay out of the driver's go.mod); its unit tests run beside
-# the driver's.
-IMAGES_MODULE := tools/images
+# The image and release builder, dra-swap-images: a package of the tools
+# module (tools/; go-containerregistry and docker/cli stay out of the
+# driver's go.mod); its unit tests, vet and lint run beside the driver's.
+IMAGE_TOOL := tools/images
 # Every Go build of this module but the race unit tests uses one build
 # configuration, static and path-free like the images' binaries, so that a
 # cold `make test` compiles the dependencies twice (this and -race), not four
@@ -41,7 +41,7 @@ build:
 ## and serves the images.
 image-tool:
 	@mkdir -p $(OUT_DIR)
-	cd $(IMAGES_MODULE) && $(NOCGO) $(GO) build -o $(abspath $(OUT_DIR))/dra-swap-images .
+	cd $(IMAGE_TOOL) && $(NOCGO) $(GO) build -o $(abspath $(OUT_DIR))/dra-swap-images .
 
 ## images: the driver's image dra-driver-swap:$(VERSION) and the e2e tests'
 ## images (pause:3.10, swap-workload:v1), as an OCI image layout in
@@ -91,29 +91,29 @@ fmt-check:
 ## internal, the hook on no k8s.io package).
 verify: fmt-check lint
 	$(NOCGO) $(GO) vet ./...
-	cd $(IMAGES_MODULE) && $(NOCGO) $(GO) vet ./...
+	cd $(IMAGE_TOOL) && $(NOCGO) $(GO) vet ./...
 	hack/check-modules.sh
 	$(NOCGO) $(GO) test -count=1 ./test/layers/
 
 ## lint: golangci-lint with logcheck compiled in (.golangci.yml says which
-## linters and why) on the driver's module and the image builder's; built
+## linters and why) on the driver's module and the image builder; built
 ## from tools/lint (hack/build-tools.sh golangci-lint).
 lint:
 	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh golangci-lint
 	$(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
-	cd $(IMAGES_MODULE) && $(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
+	cd $(IMAGE_TOOL) && $(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
 
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:
 	$(UNIT) -count=1 $(GO_PACKAGES)
-	cd $(IMAGES_MODULE) && $(UNIT) -count=1 ./...
+	cd $(IMAGE_TOOL) && $(UNIT) -count=1 ./...
 
 ## unit-compile: the unit tests compiled and linked into UNIT_BIN, not run
 ## (make test compiles them at idle priority while the e2e legs run).
 unit-compile:
 	@if [ -z "$(UNIT_BIN)" ]; then echo "make unit-compile needs UNIT_BIN=DIR" >&2; exit 1; fi
 	$(UNIT) -c -o $(abspath $(UNIT_BIN))/ $(GO_PACKAGES)
-	cd $(IMAGES_MODULE) && $(UNIT) -c -o $(abspath $(UNIT_BIN))/ ./...
+	cd $(IMAGE_TOOL) && $(UNIT) -c -o $(abspath $(UNIT_BIN))/ ./...
 
 deps:
 	hack/install-deps.sh etcd-server
