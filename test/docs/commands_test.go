@@ -1,0 +1,86 @@
+package docs
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dra-driver-swap/dra-driver-swap/test/docs/mdblock"
+	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
+)
+
+// TestDocCommands: every fenced block of README.md, docs/*.md and the
+// chart's README is output (```text), or a command or manifest that the
+// e2e test TestDocCommands runs on the e2e cluster (```sh, ```yaml), or
+// marked on the line before its fence with why it is not run there
+// (<!-- not run: reason -->). A block that is run must be runnable: a
+// shell block bash parses, with no placeholder but those the e2e test
+// fills in; a manifest of whole objects.
+func TestDocCommands(t *testing.T) {
+	blocks, err := mdblock.Load(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run, marked int
+	for _, b := range blocks {
+		switch {
+		case !slices.Contains(mdblock.Langs, b.Lang):
+			t.Errorf("%s: a block is output (```text), a command (```sh) or a manifest (```yaml), not %q: "+
+				"TestDocCommands (test/e2e) runs each ```sh and ```yaml block unless the line before its fence says why not (<!-- not run: reason -->)", b, b.Lang)
+		case b.Lang == mdblock.Text && b.NotRun != "":
+			t.Errorf("%s: output (```text) is never run: drop its <!-- not run --> marker", b)
+		case b.NotRun != "":
+			marked++
+		default:
+			run++
+			checkRunnable(t, b)
+		}
+	}
+	t.Logf("%d blocks: %d run by the e2e test TestDocCommands, %d marked not run, %d output", len(blocks), run, marked, len(blocks)-run-marked)
+	if run == 0 {
+		t.Errorf("no block is run: the parser found none")
+	}
+}
+
+// checkRunnable fails a block the e2e test could not run as it is.
+func checkRunnable(t *testing.T, b mdblock.Block) {
+	t.Helper()
+	for _, p := range b.Placeholders() {
+		if _, ok := mdblock.Substitutions[p]; !ok {
+			t.Errorf("%s: placeholder %s: the e2e test fills in only %v; use one of them or mark the block", b, p, slices.Sorted(mapKeys(mdblock.Substitutions)))
+		}
+	}
+	switch b.Lang {
+	case mdblock.Shell:
+		cmd := exec.Command("bash", "-n")
+		cmd.Stdin = strings.NewReader(b.Text)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: bash cannot parse the block: %v\n%s", b, err, out)
+		}
+	case mdblock.YAML:
+		objs, err := manifest.Decode(b.Text)
+		if err != nil {
+			t.Errorf("%s: %v", b, err)
+			return
+		}
+		if len(objs) == 0 {
+			t.Errorf("%s: the manifest holds no object", b)
+		}
+		for i, o := range objs {
+			if o.GetAPIVersion() == "" || o.GetKind() == "" || o.GetName() == "" {
+				t.Errorf("%s: document %d is not a whole object (apiVersion, kind, metadata.name): mark a fragment <!-- not run: a fragment of … -->", b, i+1)
+			}
+		}
+	}
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
