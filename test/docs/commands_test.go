@@ -16,13 +16,14 @@ import (
 // marked on the line before its fence with why it is not run there
 // (<!-- not run: reason -->). A block that is run must be runnable: a
 // shell block bash parses, with no placeholder but those the e2e test
-// fills in; a manifest of whole objects.
+// fills in, of simple commands of the programs it knows how to run
+// (mdblock.Commands, mdblock.Programs); a manifest of whole objects.
 func TestDocCommands(t *testing.T) {
 	blocks, err := mdblock.Load(repoRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var run, marked int
+	var run, marked, output int
 	for _, b := range blocks {
 		switch {
 		case !slices.Contains(mdblock.Langs, b.Lang):
@@ -30,6 +31,8 @@ func TestDocCommands(t *testing.T) {
 				"TestDocCommands (test/e2e) runs each ```sh and ```yaml block unless the line before its fence says why not (<!-- not run: reason -->)", b, b.Lang)
 		case b.Lang == mdblock.Text && b.NotRun != "":
 			t.Errorf("%s: output (```text) is never run: drop its <!-- not run --> marker", b)
+		case b.Lang == mdblock.Text:
+			output++
 		case b.NotRun != "":
 			marked++
 		default:
@@ -37,7 +40,7 @@ func TestDocCommands(t *testing.T) {
 			checkRunnable(t, b)
 		}
 	}
-	t.Logf("%d blocks: %d run by the e2e test TestDocCommands, %d marked not run, %d output", len(blocks), run, marked, len(blocks)-run-marked)
+	t.Logf("%d blocks: %d run by the e2e test TestDocCommands, %d marked not run, %d output", len(blocks), run, marked, output)
 	if run == 0 {
 		t.Errorf("no block is run: the parser found none")
 	}
@@ -53,8 +56,22 @@ func checkRunnable(t *testing.T, b mdblock.Block) {
 	}
 	switch b.Lang {
 	case mdblock.Shell:
+		values := map[string]string{}
+		for p := range mdblock.Substitutions {
+			values[p] = "placeholder.example"
+		}
+		text := b.Substitute(values)
+		cmds, err := mdblock.Commands(text)
+		if err != nil {
+			t.Errorf("%s: %v: mark the block <!-- not run: reason --> or split it", b, err)
+		}
+		for _, c := range cmds {
+			if !slices.Contains(mdblock.Programs, c.Args[0]) {
+				t.Errorf("%s: %s: TestDocCommands runs only %v; mark the block <!-- not run: reason --> (what runs it instead, or why nothing can)", b, c.Text, mdblock.Programs)
+			}
+		}
 		cmd := exec.Command("bash", "-n")
-		cmd.Stdin = strings.NewReader(b.Text)
+		cmd.Stdin = strings.NewReader(text)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("%s: bash cannot parse the block: %v\n%s", b, err, out)
 		}

@@ -151,6 +151,17 @@ var Substitutions = map[string]string{
 	"<x.y.z>":    "the chart's version",
 }
 
+// Substitute returns the block's text with each placeholder replaced by
+// its value in values (a placeholder without one stays).
+func (b Block) Substitute(values map[string]string) string {
+	return placeholder.ReplaceAllStringFunc(b.Text, func(p string) string {
+		if v, ok := values[p]; ok {
+			return v
+		}
+		return p
+	})
+}
+
 // Placeholders returns the placeholders in a block, in order, once each.
 func (b Block) Placeholders() []string {
 	var out []string
@@ -160,4 +171,122 @@ func (b Block) Placeholders() []string {
 		}
 	}
 	return out
+}
+
+// Programs are the programs a shell block that is run may call: those
+// TestDocCommands knows how to run on the e2e cluster without changing its
+// installation (helm's install, upgrade and uninstall as a dry run, and
+// kubectl's writes outside the test's namespace).
+var Programs = []string{"kubectl", "helm"}
+
+// Command is one command of a shell block.
+type Command struct {
+	// Line is its first line in the block (1-based).
+	Line int
+	// Text is the command as written, its continuation lines joined,
+	// without a trailing comment.
+	Text string
+	// Args are its words, quotes removed.
+	Args []string
+}
+
+// Commands splits a shell block into its commands. A block that is run
+// holds simple commands only, one a line (a backslash continues it):
+// TestDocCommands decides for each whether it runs as written or as a
+// dry run, which pipes, lists (;, &&, ||), substitutions, redirections
+// and here-documents would hide; such a block is an error here.
+func Commands(text string) ([]Command, error) {
+	var (
+		cmds []Command
+		cur  strings.Builder
+		from int
+	)
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	for i, line := range lines {
+		if cur.Len() == 0 {
+			from = i + 1
+		}
+		if strings.HasSuffix(line, "\\") {
+			cur.WriteString(strings.TrimSuffix(line, "\\"))
+			cur.WriteString(" ")
+			if i < len(lines)-1 {
+				continue
+			}
+		} else {
+			cur.WriteString(line)
+		}
+		c, err := command(from, cur.String())
+		cur.Reset()
+		if err != nil {
+			return nil, err
+		}
+		if len(c.Args) > 0 {
+			cmds = append(cmds, c)
+		}
+	}
+	return cmds, nil
+}
+
+// command reads one command's words, with single and double quotes (a
+// backslash escapes the next character outside single quotes) and a
+// trailing comment.
+func command(line int, text string) (Command, error) {
+	var (
+		args  []string
+		word  strings.Builder
+		in    bool // within a word
+		quote rune
+		end   = len(text)
+	)
+	runes := []rune(text)
+	for i := 0; i < len(runes); i++ {
+		r := runes[i]
+		switch {
+		case quote == '\'':
+			if r == '\'' {
+				quote = 0
+			} else {
+				word.WriteRune(r)
+			}
+		case quote == '"':
+			switch {
+			case r == '"':
+				quote = 0
+			case r == '\\' && i+1 < len(runes) && strings.ContainsRune(`"\$`+"`", runes[i+1]):
+				i++
+				word.WriteRune(runes[i])
+			case r == '$' || r == '`':
+				return Command{}, fmt.Errorf("line %d: %q: no substitutions in a command that is run", line, text)
+			default:
+				word.WriteRune(r)
+			}
+		case r == '\'' || r == '"':
+			quote, in = r, true
+		case r == '\\' && i+1 < len(runes):
+			i++
+			word.WriteRune(runes[i])
+			in = true
+		case r == ' ' || r == '\t':
+			if in {
+				args = append(args, word.String())
+				word.Reset()
+				in = false
+			}
+		case r == '#' && !in:
+			end = len(string(runes[:i]))
+			i = len(runes)
+		case strings.ContainsRune("|&;<>()$`", r):
+			return Command{}, fmt.Errorf("line %d: %q: one simple command a line, without %q", line, text, r)
+		default:
+			word.WriteRune(r)
+			in = true
+		}
+	}
+	if quote != 0 {
+		return Command{}, fmt.Errorf("line %d: %q: unterminated quote", line, text)
+	}
+	if in {
+		args = append(args, word.String())
+	}
+	return Command{Line: line, Text: strings.TrimSpace(text[:end]), Args: args}, nil
 }
