@@ -1,10 +1,16 @@
 package docs
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/dra-driver-swap/dra-driver-swap/test/docs/mdblock"
 	"github.com/dra-driver-swap/dra-driver-swap/test/manifest"
@@ -84,10 +90,43 @@ func checkRunnable(t *testing.T, b mdblock.Block) {
 		if len(objs) == 0 {
 			t.Errorf("%s: the manifest holds no object", b)
 		}
+		if m := examplesLink.FindStringSubmatch(b.Before); m != nil {
+			sameAsExample(t, b, objs, m[1])
+		}
 		for i, o := range objs {
 			if o.GetAPIVersion() == "" || o.GetKind() == "" || o.GetName() == "" {
 				t.Errorf("%s: document %d is not a whole object (apiVersion, kind, metadata.name): mark a fragment <!-- not run: a fragment of … -->", b, i+1)
 			}
+		}
+	}
+}
+
+// examplesLink ends the text that shows a file of examples/ in a block:
+// "… ([examples/swap-claim.yaml](examples/swap-claim.yaml)):".
+var examplesLink = regexp.MustCompile(`\(\[examples/([A-Za-z0-9._-]+\.yaml)\]\([^)]*\)\):$`)
+
+// sameAsExample fails a block that shows a file of examples/ (which
+// TestExamples applies) but holds other objects than the file: the file
+// is the one source, the block its copy.
+func sameAsExample(t *testing.T, b mdblock.Block, objs []*unstructured.Unstructured, name string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "examples", name))
+	if err != nil {
+		t.Errorf("%s: %v", b, err)
+		return
+	}
+	want, err := manifest.Decode(string(data))
+	if err != nil {
+		t.Errorf("examples/%s: %v", name, err)
+		return
+	}
+	if len(objs) != len(want) {
+		t.Errorf("%s shows examples/%s with %d objects; the file holds %d", b, name, len(objs), len(want))
+		return
+	}
+	for i := range objs {
+		if !reflect.DeepEqual(objs[i].Object, want[i].Object) {
+			t.Errorf("%s shows examples/%s, but its %s %s differs from the file's: copy the file", b, name, objs[i].GetKind(), objs[i].GetName())
 		}
 	}
 }

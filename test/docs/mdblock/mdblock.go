@@ -42,6 +42,9 @@ type Block struct {
 	// NotRun is the reason given on the line before the fence, "" when
 	// the block is not marked.
 	NotRun string
+	// Before is the last line of text before the fence (a marker left
+	// out), what introduces the block.
+	Before string
 }
 
 // String names a block as a reader finds it: file:line.
@@ -105,6 +108,7 @@ func Parse(file, content string) ([]Block, error) {
 		cur    *Block
 		open   string
 		prev   string
+		text   string // the last line of text outside blocks
 		body   strings.Builder
 	)
 	s := bufio.NewScanner(strings.NewReader(content))
@@ -124,11 +128,13 @@ func Parse(file, content string) ([]Block, error) {
 			continue
 		}
 		if m := fence.FindStringSubmatch(line); m != nil {
-			cur = &Block{File: file, Line: n, Lang: m[2]}
+			cur = &Block{File: file, Line: n, Lang: m[2], Before: text}
 			open = m[1]
 			if r := notRun.FindStringSubmatch(strings.TrimSpace(prev)); r != nil {
 				cur.NotRun = r[1]
 			}
+		} else if t := strings.TrimSpace(line); t != "" && !notRun.MatchString(t) {
+			text = t
 		}
 		prev = line
 	}

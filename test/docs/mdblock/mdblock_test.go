@@ -17,9 +17,9 @@ func TestParse(t *testing.T) {
 			name:    "languages and a marker",
 			content: "a\n```sh\nls\n```\n<!-- not run: needs a cloud registry -->\n```yaml\nkind: Pod\n```\n```\nout\n```\n",
 			want: []Block{
-				{File: "f.md", Line: 2, Lang: "sh", Text: "ls\n"},
-				{File: "f.md", Line: 6, Lang: "yaml", Text: "kind: Pod\n", NotRun: "needs a cloud registry"},
-				{File: "f.md", Line: 9, Lang: "", Text: "out\n"},
+				{File: "f.md", Line: 2, Lang: "sh", Text: "ls\n", Before: "a"},
+				{File: "f.md", Line: 6, Lang: "yaml", Text: "kind: Pod\n", NotRun: "needs a cloud registry", Before: "a"},
+				{File: "f.md", Line: 9, Lang: "", Text: "out\n", Before: "a"},
 			},
 		},
 		{
