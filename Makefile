@@ -160,7 +160,7 @@ chart-schema:
 ## 100 simulated nodes, a real kube-scheduler).
 integration: deps
 	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver kube-scheduler helm helm-docs helm-values-schema-json
-	HELM=$(OUT_DIR)/helm HELM_DOCS=$(OUT_DIR)/helm-docs HELM_VALUES_SCHEMA_JSON=$(OUT_DIR)/helm-values-schema-json KUBE_APISERVER=$(OUT_DIR)/kube-apiserver KUBE_SCHEDULER=$(OUT_DIR)/kube-scheduler $(NOCGO) $(GO) test -count=1 -v ./test/integration/... ./test/scale/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+	HELM=$(OUT_DIR)/helm HELM_DOCS=$(OUT_DIR)/helm-docs HELM_VALUES_SCHEMA_JSON=$(OUT_DIR)/helm-values-schema-json KUBE_APISERVER=$(OUT_DIR)/kube-apiserver KUBE_SCHEDULER=$(OUT_DIR)/kube-scheduler $(NOCGO) $(GO) test -count=1 -timeout 40m -v ./test/integration/... ./test/scale/... 2>&1 | tee $(CURDIR)/_output/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 ## e2e: a real single-node cluster (kubelet, containerd, runc, swap file) and the e2e suite.
 e2e:
