@@ -497,13 +497,23 @@ func startOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, ns s
 			b.Fatal(err)
 		}
 	}
-	var s offloadLoopStats
+	var (
+		s       offloadLoopStats
+		scrapes error
+	)
 	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, cluster.Scaled(5*time.Minute), true, func(ctx context.Context) (bool, error) {
-		var err error
-		s, err = loopStats(ctx, c)
-		return err == nil && s.containers >= float64(n) && s.reclaimed > 0, nil
+		s, scrapes = loopStats(ctx, c)
+		return scrapes == nil && s.containers >= float64(n) && s.reclaimed > 0, nil
 	}); err != nil {
-		b.Fatalf("the offload loop drives %.0f of the %d offloaded pods' containers and reclaimed %.0f bytes: %v", s.containers, n, s.reclaimed, err)
+		// Say why: the last scrape's error and where the pods are.
+		phases := map[string]int{}
+		if pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, p := range pods.Items {
+				phases[fmt.Sprintf("%s on %q", p.Status.Phase, p.Spec.NodeName)]++
+			}
+		}
+		b.Fatalf("the offload loop on node %s drives %.0f of the %d offloaded pods' containers and reclaimed %.0f bytes: %v (last scrape: %v; pods: %v)",
+			c.Node, s.containers, n, s.reclaimed, err, scrapes, phases)
 	}
 	return s
 }
