@@ -51,8 +51,8 @@ func under(path, prefix string) bool {
 var rules = []rule{
 	{
 		name:     "controller",
-		promise:  "the controller and internal/podlabels import nothing node-side (internal/kubeletplugin/...)",
-		patterns: []string{"./internal/controller/...", "./cmd/dra-swap-controller", "./internal/podlabels"},
+		promise:  "the controller and internal/controller/podlabels import nothing node-side (internal/kubeletplugin/...)",
+		patterns: []string{"./internal/controller/...", "./cmd/dra-swap-controller", "./internal/controller/podlabels"},
 		forbidden: func(mod string, p pkg) bool {
 			return under(p.ImportPath, mod+"/internal/kubeletplugin")
 		},
