@@ -21,7 +21,7 @@ import (
 )
 
 // The runtime kills a hook that outlives its timeout (TimeoutSeconds, which
-// internal/cdi writes into its specs) with SIGKILL, before the hook can say
+// internal/kubeletplugin/cdi writes into its specs) with SIGKILL, before the hook can say
 // why. So the hook keeps its own time, well under the runtime's: it waits
 // for the state's lock at most LockWait, and once Deadline has passed,
 // whatever it is still doing (a cgroup write that the kernel's reclaim
@@ -123,7 +123,7 @@ func within(deadline time.Duration, f func(*progress) error) (err error, timedOu
 // and container changes nothing.
 //
 // The outcome, applied or not, is left in a record for the kubelet plugin
-// to turn into an event on the pod (internal/hookrecord, internal/podevents),
+// to turn into an event on the pod (internal/hookrecord, internal/kubeletplugin/podevents),
 // within Deadline.
 func Apply(cfg Config, req Request, state *specs.State) error {
 	return applyWithin(cfg, req, state, runLimits{deadline: Deadline, lockWait: LockWait})

@@ -262,12 +262,15 @@ func diffParsed(cfg1 Config, req1 Request, cfg2 Config, req2 Request) string {
 }
 
 // releasedHookArgs returns the hook arguments (without the program name)
-// of the specs in internal/cdi/testdata, one spec per release.
+// of the specs in internal/kubeletplugin/cdi/testdata, one spec per release.
 func releasedHookArgs(tb testing.TB) [][]string {
 	tb.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "cdi", "testdata", "*-spec.json"))
+	files, err := filepath.Glob(filepath.Join("..", "kubeletplugin", "cdi", "testdata", "*-spec.json"))
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if len(files) == 0 {
+		tb.Fatal("no released spec in internal/kubeletplugin/cdi/testdata")
 	}
 	var out [][]string
 	for _, file := range files {

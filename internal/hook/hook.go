@@ -75,8 +75,8 @@ func (r Request) ShareKey() string { return hookstate.ShareKey(r.ClaimUID, r.Res
 // contract only ever grows:
 //
 //   - Every argument form that a released spec contains is accepted, with
-//     the same meaning, by every later hook. internal/cdi/testdata holds a spec
-//     of each release, and internal/cdi's tests feed their arguments to this
+//     the same meaning, by every later hook. internal/kubeletplugin/cdi/testdata holds a spec
+//     of each release, and internal/kubeletplugin/cdi's tests feed their arguments to this
 //     function.
 //   - New flags may be added. A flag is never removed or renamed, and
 //     never changes its meaning, value format or default.

@@ -84,7 +84,7 @@ var rules = []rule{
 		forbidden: func(_ string, p pkg) bool {
 			return strings.HasPrefix(p.ImportPath, "k8s.io/")
 		},
-		hint: "keep what the hook needs apart from the plugin's Kubernetes code (the hook writes internal/hookrecord; internal/podevents, in the plugin, emits the events)",
+		hint: "keep what the hook needs apart from the plugin's Kubernetes code (the hook writes internal/hookrecord; internal/kubeletplugin/podevents, in the plugin, emits the events)",
 	},
 }
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/podevents"
 )
 
 // Event reasons of the verifier.

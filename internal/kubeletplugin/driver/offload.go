@@ -17,7 +17,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/podevents"
 )
 
 // ReasonOffloadBackedOff is the Normal event on a container whose memory

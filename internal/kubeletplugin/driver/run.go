@@ -23,17 +23,17 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/nri"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podevents"
 )
 
 // Config is the kubelet plugin's configuration (its command-line flags).

@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
