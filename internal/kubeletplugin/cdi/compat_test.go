@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookargs"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
@@ -20,7 +20,7 @@ import (
 // The CDI specs of prepared claims outlive the plugin that wrote them: after
 // an upgrade the new hook runs the specs the old plugin wrote. These tests
 // hold the writer and the hook to the append-only argument contract
-// documented on hook.ParseArgs.
+// documented on hookargs.ParseArgs.
 //
 // testdata/<release>-spec.json is a spec exactly as that release's writer
 // wrote it (JSON has no comments, so its provenance is recorded here):
@@ -64,11 +64,11 @@ var goldenEdits = ClaimEdits{
 
 // parsed is what the hook makes of one hook's arguments.
 type parsed struct {
-	cfg hook.Config
-	req hook.Request
+	cfg hookargs.Config
+	req hookargs.Request
 }
 
-var goldenConfig = hook.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", StateDir: goldenStateDir}
+var goldenConfig = hookargs.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", StateDir: goldenStateDir}
 
 // releasedDevice is one device of a released spec and what today's hook
 // must make of its createRuntime and poststop hooks.
@@ -89,8 +89,8 @@ var releasedSpecs = []struct {
 		devices: []releasedDevice{{
 			name:    goldenUID,
 			env:     "DRA_SWAP_LIMIT_BYTES=1610612736",
-			apply:   parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: -1, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}}}},
-			cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
+			apply:   parsed{cfg: goldenConfig, req: hookargs.Request{ClaimUID: goldenUID, ResultIndex: -1, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}}}},
+			cleanup: parsed{cfg: goldenConfig, req: hookargs.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
 		}},
 	},
 	{
@@ -99,14 +99,14 @@ var releasedSpecs = []struct {
 			{
 				name:    goldenUID + "-0",
 				env:     "DRA_SWAP_LIMIT_BYTES=1610612736",
-				apply:   parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 0, PodUID: goldenPodUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}, PodLimitBytes: ptr.To[int64](3 << 29)}}},
-				cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
+				apply:   parsed{cfg: goldenConfig, req: hookargs.Request{ClaimUID: goldenUID, ResultIndex: 0, PodUID: goldenPodUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}, PodLimitBytes: ptr.To[int64](3 << 29)}}},
+				cleanup: parsed{cfg: goldenConfig, req: hookargs.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
 			},
 			{
 				name:    goldenUID + "-1",
 				env:     "DRA_SWAP_LIMIT_BYTES=536870912",
-				apply:   parsed{cfg: goldenConfig, req: hook.Request{ClaimUID: goldenUID, ResultIndex: 1, PodUID: goldenPodUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 29}, PodLimitBytes: ptr.To[int64](3 << 29)}}},
-				cleanup: parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
+				apply:   parsed{cfg: goldenConfig, req: hookargs.Request{ClaimUID: goldenUID, ResultIndex: 1, PodUID: goldenPodUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 29}, PodLimitBytes: ptr.To[int64](3 << 29)}}},
+				cleanup: parsed{cfg: goldenConfig, req: hookargs.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
 			},
 			{name: goldenUID + "-2", env: "DRA_SWAP_ADMIN_ACCESS=true"},
 		},
@@ -143,7 +143,7 @@ func parseHook(t *testing.T, h oci.Hook) parsed {
 	if h.Path != goldenHookPath || len(h.Args) == 0 || h.Args[0] != filepath.Base(goldenHookPath) {
 		t.Fatalf("hook %+v does not run %s", h, goldenHookPath)
 	}
-	cfg, req, err := hook.ParseArgs(h.Args[1:])
+	cfg, req, err := hookargs.ParseArgs(h.Args[1:])
 	if err != nil {
 		t.Fatalf("today's hook rejects %q: %v", h.Args, err)
 	}
@@ -168,7 +168,7 @@ func TestReleasedSpecsStillWork(t *testing.T) {
 				if !reflect.DeepEqual(ociSpec.Process.Env, []string{d.env}) {
 					t.Errorf("device %s: env = %q, want %q", d.name, ociSpec.Process.Env, d.env)
 				}
-				if d.apply.cfg == (hook.Config{}) {
+				if d.apply.cfg == (hookargs.Config{}) {
 					if ociSpec.Hooks != nil {
 						t.Errorf("device %s: hooks %+v, want none", d.name, ociSpec.Hooks)
 					}
@@ -244,15 +244,15 @@ func TestWriterOutputParses(t *testing.T) {
 	tests := []struct {
 		name  string
 		edits ClaimEdits
-		want  hook.Request
+		want  hookargs.Request
 	}{
 		{name: "limit only", edits: ClaimEdits{ClaimUID: goldenUID, Devices: []DeviceEdits{{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 5 << 20}, EnvLimitBytes: 5 << 20}}},
-			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 5 << 20}}}},
+			want: hookargs.Request{ClaimUID: goldenUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 5 << 20}}}},
 		{name: "every knob", edits: ClaimEdits{ClaimUID: goldenUID, Devices: goldenEdits.Devices[:1]},
-			want: hook.Request{ClaimUID: goldenUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}}}},
+			want: hookargs.Request{ClaimUID: goldenUID, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}}}},
 		{name: "zswap on, zero swappiness, pod and budget", edits: ClaimEdits{ClaimUID: goldenUID, PodUID: goldenPodUID, PodLimitBytes: ptr.To[int64](7),
 			Devices: []DeviceEdits{{ResultIndex: 5, Settings: swapsettings.Settings{LimitBytes: 1, Zswap: swapsettings.ZswapOn, Swappiness: ptr.To[uint64](0)}, EnvLimitBytes: 1}}},
-			want: hook.Request{ClaimUID: goldenUID, ResultIndex: 5, PodUID: goldenPodUID,
+			want: hookargs.Request{ClaimUID: goldenUID, ResultIndex: 5, PodUID: goldenPodUID,
 				Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1, Zswap: swapsettings.ZswapOn, Swappiness: ptr.To[uint64](0)}, PodLimitBytes: ptr.To[int64](7)}}},
 	}
 	for _, tc := range tests {
@@ -270,7 +270,7 @@ func TestWriterOutputParses(t *testing.T) {
 			if got := parseHook(t, ociSpec.Hooks.CreateRuntime[0]); !reflect.DeepEqual(got, apply) {
 				t.Errorf("createRuntime hook parses as %s, want %s", show(got), show(apply))
 			}
-			cleanup := parsed{cfg: goldenConfig, req: hook.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}}
+			cleanup := parsed{cfg: goldenConfig, req: hookargs.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}}
 			if got := parseHook(t, ociSpec.Hooks.Poststop[0]); !reflect.DeepEqual(got, cleanup) {
 				t.Errorf("poststop hook parses as %s, want %s", show(got), show(cleanup))
 			}

@@ -1,7 +1,7 @@
 // Package cdi writes and removes the per-claim transient CDI specs through
 // which the dra.swap driver reaches containers: an environment variable with
 // the container's swap limit and OCI hooks that apply it to the container's
-// cgroup. The hooks' arguments are internal/hook.FormatArgs of the device's
+// cgroup. The hooks' arguments are internal/hookargs.FormatArgs of the device's
 // swapsettings.Settings and of values validated here, never text taken from
 // a claim.
 package cdi
@@ -23,7 +23,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/atomicfile"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookargs"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
@@ -37,7 +37,7 @@ const (
 	// HookTimeoutSeconds bounds each hook run; a hook that hangs fails
 	// the container start instead of blocking it forever. The hook gives
 	// up at half of it, leaving its outcome (see internal/hook.Deadline).
-	HookTimeoutSeconds = hook.TimeoutSeconds
+	HookTimeoutSeconds = hookargs.TimeoutSeconds
 )
 
 // ClaimEdits is what one prepared claim does to the containers it reaches:
@@ -179,14 +179,14 @@ func (w *Writer) Spec(edits ClaimEdits) (*cdispec.Spec, error) {
 // applyArgs is the createRuntime hook's argv: the program name, then the
 // hook's request for the device's share.
 func (w *Writer) applyArgs(e ClaimEdits, d DeviceEdits) []string {
-	req := hook.Request{ClaimUID: e.ClaimUID, ResultIndex: d.ResultIndex, PodUID: e.PodUID, Share: e.share(d)}
-	return append([]string{filepath.Base(w.hookPath)}, hook.FormatArgs(hook.SpecConfig(w.hookStateDir), req)...)
+	req := hookargs.Request{ClaimUID: e.ClaimUID, ResultIndex: d.ResultIndex, PodUID: e.PodUID, Share: e.share(d)}
+	return append([]string{filepath.Base(w.hookPath)}, hookargs.FormatArgs(hookargs.SpecConfig(w.hookStateDir), req)...)
 }
 
 // cleanupArgs is the poststop hook's argv.
 func (w *Writer) cleanupArgs(e ClaimEdits) []string {
-	req := hook.Request{Cleanup: true, ClaimUID: e.ClaimUID, ResultIndex: -1}
-	return append([]string{filepath.Base(w.hookPath)}, hook.FormatArgs(hook.SpecConfig(w.hookStateDir), req)...)
+	req := hookargs.Request{Cleanup: true, ClaimUID: e.ClaimUID, ResultIndex: -1}
+	return append([]string{filepath.Base(w.hookPath)}, hookargs.FormatArgs(hookargs.SpecConfig(w.hookStateDir), req)...)
 }
 
 func (e ClaimEdits) validate() error {
@@ -340,7 +340,7 @@ func parseDevice(claimUID string, index int, ce cdispec.ContainerEdits) (d Devic
 	if len(apply) == 0 {
 		return d, "", nil, errors.New("no createRuntime hook")
 	}
-	_, req, err := hook.ParseArgs(apply[1:])
+	_, req, err := hookargs.ParseArgs(apply[1:])
 	if err != nil {
 		return d, "", nil, fmt.Errorf("createRuntime hook: %w", err)
 	}

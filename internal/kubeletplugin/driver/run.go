@@ -57,7 +57,7 @@ type Config struct {
 	// InstallHookFrom, if set, is copied to HookPath under the host root
 	// at start-up, before any CDI spec is written, so that a DaemonSet
 	// ships the hook with its image and a spec never names a hook older
-	// than the plugin that wrote it (see internal/hook.ParseArgs).
+	// than the plugin that wrote it (see internal/hookargs.ParseArgs).
 	InstallHookFrom string
 	// PluginDataDir holds the plugin's socket and checkpoint.
 	PluginDataDir string

@@ -52,7 +52,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookargs"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 )
@@ -376,7 +376,7 @@ func SwapFromHooks(hookPath, podUID string, hooks *api.Hooks) (total int64, n in
 		if len(args) > 0 {
 			args = args[1:] // the program name
 		}
-		_, req, err := hook.ParseArgs(args)
+		_, req, err := hookargs.ParseArgs(args)
 		if err != nil {
 			return 0, 0, fmt.Errorf("hook %s: %w", hookPath, err)
 		}

@@ -1,4 +1,4 @@
-package hook
+package hookargs
 
 import (
 	"encoding/json"

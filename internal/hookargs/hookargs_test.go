@@ -1,4 +1,4 @@
-package hook
+package hookargs
 
 import (
 	"reflect"
@@ -7,6 +7,12 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
+)
+
+// Two claims' UIDs, for requests.
+const (
+	claimA = "00000000-0000-4000-8000-00000000000a"
+	claimB = "00000000-0000-4000-8000-00000000000b"
 )
 
 // TestFormatArgs: FormatArgs writes each request in the forms of the
