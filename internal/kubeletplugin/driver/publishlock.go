@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/filelock"
 )
 
 // TakeOver makes this instance the writer of the node's ResourceSlice:
@@ -128,25 +128,28 @@ func lockFile(ctx context.Context, path string, retry time.Duration, waiting fun
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}
-	for told := false; ; {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
+	told := false
+	var lockErr error // flock(2)'s error other than "held"
+	err = filelock.Poll(ctx, f, filelock.Exclusive, retry, func(err error) bool {
+		if !errors.Is(err, filelock.ErrHeld) {
+			lockErr = err
+			return false
 		}
 		if !told && waiting != nil {
 			waiting()
 			told = true
 		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("wait for lock %s: %w", path, context.Cause(ctx))
-		case <-time.After(retry):
-		}
+		return true
+	})
+	switch {
+	case err == nil:
+		return func() { f.Close() }, nil
+	case lockErr != nil:
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, lockErr)
+	default:
+		f.Close()
+		return nil, fmt.Errorf("wait for lock %s: %w", path, err)
 	}
 }
 
