@@ -30,6 +30,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
@@ -399,7 +400,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	}
 	dev := waitForSlice(t, ctx, client, "the device is tainted overcommitted", overcommitted)
 	t.Logf("after the swap shrank: taint %s=%s", dev.Taints[0].Key, dev.Taints[0].Value)
-	waitForNodeEvent(t, ctx, client, driver.ReasonOvercommitted, "hold 300Mi but the node offers 256Mi")
+	waitForNodeEvent(t, ctx, client, publish.ReasonOvercommitted, "hold 300Mi but the node offers 256Mi")
 	metrics := scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 	for _, want := range []string{"dra_swap_node_swap_allocated_bytes 3.145728e+08", "dra_swap_node_swap_offered_bytes 2.68435456e+08"} {
 		if !strings.Contains(metrics, want) {
@@ -420,7 +421,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	}
 	h.write("proc/swaps", swaps("/dev/vdb                                partition\t2097152\t\t0\t\t-2\n"))
 	waitForSlice(t, ctx, client, "the taint is gone with the swap back", func(d *resourceapi.Device) bool { return d != nil && len(d.Taints) == 0 })
-	waitForNodeEvent(t, ctx, client, driver.ReasonOvercommitCleared, "taint dra.swap/overcommitted removed")
+	waitForNodeEvent(t, ctx, client, publish.ReasonOvercommitCleared, "taint dra.swap/overcommitted removed")
 
 	for range 2 {
 		resp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{pbClaim}})

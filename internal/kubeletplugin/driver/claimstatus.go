@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -417,3 +418,6 @@ func (s *claimStatuses) condition(st *claimState, r prepare.ResultReport) condit
 	}
 	return conditionValue{metav1.ConditionTrue, ReasonApplied, list(fmt.Sprintf("swap limit applied on node %s to container ", s.node), applied, ", ", "")}
 }
+
+// quantity is b bytes as a binary quantity ("300Mi").
+func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }

@@ -1,9 +1,10 @@
 // Package driver is the dra.swap kubelet plugin: it answers the kubelet's
 // DRA calls through k8s.io/dynamic-resource-allocation/kubeletplugin,
-// publishes the node's swap as a ResourceSlice and reports the device's
-// health. The decisions live in internal/kubeletplugin/discovery,
-// internal/kubeletplugin/swapdevice and internal/kubeletplugin/prepare; this
-// package wires them to the kubelet and the API server.
+// publishes the node's swap as a ResourceSlice (internal/kubeletplugin/publish)
+// and reports the device's health. The decisions live in
+// internal/kubeletplugin/discovery, internal/kubeletplugin/swapdevice and
+// internal/kubeletplugin/prepare; this package wires them to the kubelet and
+// the API server.
 package driver
 
 import (
@@ -20,6 +21,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 )
 
 // healthInterval is how often the device's health is re-sent; the kubelet
@@ -30,7 +32,7 @@ const healthInterval = 10 * time.Second
 type driver struct {
 	poolName  string
 	manager   *prepare.Manager
-	publisher *Publisher
+	publisher *publish.Publisher
 	metrics   *Metrics
 	// fatal cancels the plugin's main context on unrecoverable errors.
 	fatal func(error)

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -37,7 +38,7 @@ func TestHealthReport(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			fake := &fakeNode{}
-			p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: fake}
+			p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: fake}
 			if err := p.TakeOver(ctx, &sliceRecorder{}); err != nil {
 				t.Fatal(err)
 			}

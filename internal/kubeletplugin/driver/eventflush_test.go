@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 )
 
 // gatedSink writes once the test opens its gate.
@@ -47,8 +49,8 @@ func TestNodeEventLedger(t *testing.T) {
 	if !ledger.wait(ctx, time.Millisecond) {
 		t.Fatal("nothing told, yet not flushed")
 	}
-	ledger.tell(ReasonKubeletConfigUnreadable)
-	recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonKubeletConfigUnreadable, actionReadKubeletConfig, "replaced")
+	ledger.tell(publish.ReasonKubeletConfigUnreadable)
+	recorder.Eventf(node, nil, corev1.EventTypeWarning, publish.ReasonKubeletConfigUnreadable, "ReadKubeletConfig", "replaced")
 	if ledger.wait(ctx, 200*time.Millisecond) {
 		t.Fatal("flushed before the sink wrote the event")
 	}
@@ -57,14 +59,14 @@ func TestNodeEventLedger(t *testing.T) {
 		t.Fatal("not flushed after the sink wrote the event")
 	}
 	list, err := client.EventsV1().Events("").List(ctx, metav1.ListOptions{})
-	if err != nil || len(list.Items) != 1 || list.Items[0].Reason != ReasonKubeletConfigUnreadable {
+	if err != nil || len(list.Items) != 1 || list.Items[0].Reason != publish.ReasonKubeletConfigUnreadable {
 		t.Fatalf("events written: %+v, %v", list, err)
 	}
 
 	// A pod's event is not the Node's.
 	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"}}
-	ledger.tell(ReasonSwapBehaviorConflict)
-	recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonSwapBehaviorConflict, "Test", "on a pod")
+	ledger.tell(publish.ReasonSwapBehaviorConflict)
+	recorder.Eventf(pod, nil, corev1.EventTypeWarning, publish.ReasonSwapBehaviorConflict, "Test", "on a pod")
 	if ledger.wait(ctx, 200*time.Millisecond) {
 		t.Fatal("a pod's event counted as the Node's")
 	}

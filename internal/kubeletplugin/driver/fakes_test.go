@@ -7,8 +7,20 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 )
+
+// facts are a node's facts with total bytes of swap on one partition.
+func facts(total int64) discovery.Facts {
+	f := discovery.Facts{TotalBytes: total, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true,
+		KernelVersion: "6.8.0", SwapBehavior: v1alpha1.SwapBehaviorNoSwap, BootID: "b"}
+	if total > 0 {
+		f.Devices = []discovery.SwapDevice{{Path: "/dev/sda2", Type: "partition", SizeBytes: total}}
+	}
+	return f
+}
 
 // fakeNode is a Node whose facts, labels and prepared swap the test sets.
 type fakeNode struct {
@@ -20,7 +32,7 @@ type fakeNode struct {
 	published func(context.Context) (*resourceapi.Device, error)
 }
 
-var _ Node = (*fakeNode)(nil)
+var _ publish.Node = (*fakeNode)(nil)
 
 func (n *fakeNode) Discover(context.Context) (discovery.Facts, error) { return n.facts, n.err }
 func (n *fakeNode) Labels() map[string]string                         { return n.labels }

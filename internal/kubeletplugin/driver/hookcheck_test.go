@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -111,7 +112,7 @@ func TestPublisherHookEvents(t *testing.T) {
 	node.facts.HookProblem = problem
 	reporter := &eventRecorder{}
 	written := &sliceRecorder{}
-	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
+	p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
 	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
@@ -127,9 +128,9 @@ func TestPublisherHookEvents(t *testing.T) {
 		*dev.Attributes[v1alpha1.AttrUsable].BoolValue {
 		t.Fatalf("device %+v, reason %q, offer %d; want no offer, tainted %s, with the hook's problem", dev, reason, p.Offer(), v1alpha1.TaintNoUsableSwap)
 	}
-	if len(reporter.events) != 1 || reporter.events[0].reason != ReasonHookNotRunnable || reporter.events[0].eventType != "Warning" ||
-		reporter.events[0].action != actionRunHook || !strings.Contains(reporter.events[0].message, "noexec mount") {
-		t.Fatalf("events %+v, want one %s", reporter.events, ReasonHookNotRunnable)
+	if len(reporter.events) != 1 || reporter.events[0].reason != publish.ReasonHookNotRunnable || reporter.events[0].eventType != "Warning" ||
+		reporter.events[0].action != "RunHook" || !strings.Contains(reporter.events[0].message, "noexec mount") {
+		t.Fatalf("events %+v, want one %s", reporter.events, publish.ReasonHookNotRunnable)
 	}
 	sync("still")
 	if len(reporter.events) != 1 {
@@ -140,7 +141,7 @@ func TestPublisherHookEvents(t *testing.T) {
 	if _, reason := p.Device(); reason != "" || p.Offer() != 1<<30 {
 		t.Errorf("after the hook runs: reason %q, offer %d; want the swap offered", reason, p.Offer())
 	}
-	if len(reporter.events) != 2 || reporter.events[1].reason != ReasonHookRuns || reporter.events[1].eventType != "Normal" {
-		t.Errorf("events %+v, want a %s", reporter.events, ReasonHookRuns)
+	if len(reporter.events) != 2 || reporter.events[1].reason != publish.ReasonHookRuns || reporter.events[1].eventType != "Normal" {
+		t.Errorf("events %+v, want a %s", reporter.events, publish.ReasonHookRuns)
 	}
 }

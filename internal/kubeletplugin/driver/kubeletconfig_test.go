@@ -10,6 +10,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -31,19 +32,19 @@ func TestPublisherKubeletConfigEvents(t *testing.T) {
 		wantInNote string
 	}{
 		{name: "missing from the start", facts: unreadable("read kubelet configuration: open /host/etc/kubelet.yaml: no such file or directory"),
-			wantEvent: ReasonKubeletConfigUnreadable, wantInNote: "/host/etc/kubelet.yaml"},
+			wantEvent: publish.ReasonKubeletConfigUnreadable, wantInNote: "/host/etc/kubelet.yaml"},
 		{name: "still missing", facts: unreadable("read kubelet configuration: open /host/etc/kubelet.yaml: no such file or directory")},
 		{name: "another problem, still unreadable", facts: unreadable("parse kubelet configuration /host/etc/kubelet.yaml: error")},
-		{name: "read again", facts: facts(1 << 30), wantEvent: ReasonKubeletConfigRead, wantInNote: "swapBehavior NoSwap"},
+		{name: "read again", facts: facts(1 << 30), wantEvent: publish.ReasonKubeletConfigRead, wantInNote: "swapBehavior NoSwap"},
 		{name: "still readable", facts: facts(1 << 30)},
-		{name: "a long problem is cut", facts: unreadable(strings.Repeat("x", 5000)), wantEvent: ReasonKubeletConfigUnreadable, wantInNote: eventmsg.Marker},
+		{name: "a long problem is cut", facts: unreadable(strings.Repeat("x", 5000)), wantEvent: publish.ReasonKubeletConfigUnreadable, wantInNote: eventmsg.Marker},
 	}
 
 	_, ctx := ktesting.NewTestContext(t)
 	node := &fakeNode{}
 	reporter := &eventRecorder{}
 	written := &sliceRecorder{}
-	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
+	p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
 	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestPublisherKubeletConfigEvents(t *testing.T) {
 		}
 		e := got[0]
 		wantType := corev1.EventTypeWarning
-		if s.wantEvent == ReasonKubeletConfigRead {
+		if s.wantEvent == publish.ReasonKubeletConfigRead {
 			wantType = corev1.EventTypeNormal
 		}
 		if e.eventType != wantType || e.reason != s.wantEvent || e.action != "ReadKubeletConfig" {
@@ -81,7 +82,7 @@ func TestPublisherKubeletConfigEvents(t *testing.T) {
 		if !strings.Contains(e.message, s.wantInNote) || len(e.message) > eventmsg.NoteLimit {
 			t.Errorf("%s: note (%d bytes) %q, want at most %d bytes mentioning %q", s.name, len(e.message), e.message, eventmsg.NoteLimit, s.wantInNote)
 		}
-		if e.action == taintAction("Taint", v1alpha1.TaintOvercommitted) || e.action == taintAction("Untaint", v1alpha1.TaintOvercommitted) {
+		if e.action == publish.TaintAction("Taint", v1alpha1.TaintOvercommitted) || e.action == publish.TaintAction("Untaint", v1alpha1.TaintOvercommitted) {
 			t.Errorf("%s: action %s is a taint's", s.name, e.action)
 		}
 	}

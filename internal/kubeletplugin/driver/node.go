@@ -18,6 +18,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -113,7 +114,7 @@ type preparedClaims interface {
 	Prepared() (claims int, swapBytes int64, err error)
 }
 
-var _ Node = (*hostNode)(nil)
+var _ publish.Node = (*hostNode)(nil)
 
 func (n *hostNode) Discover(ctx context.Context) (discovery.Facts, error) {
 	f, err := discovery.Discover(ctx, n.discovery)
@@ -143,7 +144,7 @@ func (n *hostNode) PreparedSwap() (int64, error) {
 }
 
 func (n *hostNode) Published(ctx context.Context) (*resourceapi.Device, error) {
-	return publishedDevice(ctx, n.client, n.driverName, n.watch.name)
+	return publish.PublishedDevice(ctx, n.client, n.driverName, n.watch.name)
 }
 
 // nodeReporter is the Publisher's Reporter: events on the Node (with its
@@ -156,7 +157,7 @@ type nodeReporter struct {
 	ledger *nodeEventLedger
 }
 
-var _ Reporter = (*nodeReporter)(nil)
+var _ publish.Reporter = (*nodeReporter)(nil)
 
 func (r *nodeReporter) NodeEvent(eventType, reason, action, message string) {
 	ref := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: r.watch.name}}

@@ -15,6 +15,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 )
 
 // Event reasons on the Node for the pressure taints, and for the pressure
@@ -38,7 +39,7 @@ type pressureWatcher struct {
 	source  pressure.Source
 	monitor *pressure.Monitor
 	metrics *Metrics
-	events  EventSink
+	events  publish.EventSink
 	clock   clock.PassiveClock
 	// changed fires when a taint came or went (buffered, one).
 	changed chan struct{}
@@ -49,9 +50,9 @@ type pressureWatcher struct {
 	psiOff bool
 }
 
-var _ TaintSource = (*pressureWatcher)(nil)
+var _ publish.TaintSource = (*pressureWatcher)(nil)
 
-func newPressureWatcher(source pressure.Source, monitor *pressure.Monitor, metrics *Metrics, events EventSink, clk clock.PassiveClock) *pressureWatcher {
+func newPressureWatcher(source pressure.Source, monitor *pressure.Monitor, metrics *Metrics, events publish.EventSink, clk clock.PassiveClock) *pressureWatcher {
 	return &pressureWatcher{source: source, monitor: monitor, metrics: metrics, events: events, clock: clk, changed: make(chan struct{}, 1)}
 }
 
@@ -118,11 +119,11 @@ func (w *pressureWatcher) step(ctx context.Context) {
 	for _, tr := range changed {
 		if tr.Set {
 			logger.Info("Tainting the swap device", "taint", tr.Key, "value", tr.Value, "reason", tr.Reason)
-			w.events.NodeEvent(corev1.EventTypeWarning, ReasonPressureTainted, taintAction("Taint", tr.Key), "Swap device tainted "+tr.Key+"="+tr.Value+":NoSchedule: "+tr.Reason+
+			w.events.NodeEvent(corev1.EventTypeWarning, ReasonPressureTainted, publish.TaintAction("Taint", tr.Key), "Swap device tainted "+tr.Key+"="+tr.Value+":NoSchedule: "+tr.Reason+
 				"; new swap claims go to other nodes, pods already running keep their swap")
 		} else {
 			logger.Info("Clearing a swap device taint", "taint", tr.Key, "value", tr.Value, "reason", tr.Reason)
-			w.events.NodeEvent(corev1.EventTypeNormal, ReasonPressureCleared, taintAction("Untaint", tr.Key), "Swap device taint "+tr.Key+" removed: "+tr.Reason)
+			w.events.NodeEvent(corev1.EventTypeNormal, ReasonPressureCleared, publish.TaintAction("Untaint", tr.Key), "Swap device taint "+tr.Key+" removed: "+tr.Reason)
 		}
 	}
 	if len(changed) > 0 {

@@ -33,6 +33,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/podevents"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -163,7 +164,7 @@ type Plugin struct {
 	store       *checkpoint.Store
 	statuses    *claimStatuses
 	manager     *prepare.Manager
-	publisher   *Publisher
+	publisher   *publish.Publisher
 	verifier    *limitcheck.Verifier
 	nri         *nri.Plugin      // nil: NRI off
 	pressure    *pressureWatcher // nil: no pressure taints
@@ -289,7 +290,7 @@ func (p *Plugin) buildLimits(recorder events.EventRecorder) {
 func (p *Plugin) buildPublisher(ctx context.Context, recorder events.EventRecorder, monitor *pressure.Monitor) {
 	cfg := p.cfg
 	reporter := &nodeReporter{recorder: recorder, watch: p.node, metrics: p.metrics, ledger: p.ledger}
-	p.publisher = &Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, Reporter: reporter, Clock: clock.RealClock{},
+	p.publisher = &publish.Publisher{NodeName: cfg.NodeName, Policy: cfg.Policy, Reporter: reporter, Clock: clock.RealClock{},
 		LockPath: filepath.Join(cfg.PluginDataDir, "publish.lock"),
 		Node: &hostNode{discovery: cfg.Discovery, policy: cfg.Policy, metrics: p.metrics, watch: p.node, claims: p.manager,
 			client: p.client, driverName: cfg.DriverName, hook: p.hook}}
@@ -415,7 +416,7 @@ func (p *Plugin) exiting(ctx context.Context, err error) {
 	if !p.ledger.wait(ctx, nodeEventFlushTimeout) {
 		logger.Info("Not every Node event was written before exiting", "timeout", nodeEventFlushTimeout)
 	}
-	if want, _ := p.publisher.Device(); want != nil && p.publisher.writer() != nil {
+	if want, _ := p.publisher.Device(); want != nil && p.publisher.IsWriter() {
 		published := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			got, err := p.publisher.Node.Published(ctx)
 			return err == nil && got != nil && sameOffer(got, want), nil

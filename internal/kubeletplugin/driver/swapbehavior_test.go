@@ -14,6 +14,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -82,7 +83,7 @@ func TestPublisherSwapBehaviorEvents(t *testing.T) {
 			node := &fakeNode{}
 			reporter := &eventRecorder{}
 			written := &sliceRecorder{}
-			p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1, UnsafeOfferUnder: tc.unsafe}, Node: node, Reporter: reporter}
+			p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1, UnsafeOfferUnder: tc.unsafe}, Node: node, Reporter: reporter}
 			if err := p.TakeOver(ctx, written); err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +152,7 @@ func TestPublisherOvercommitUnderSwapBehavior(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	node := &fakeNode{facts: facts(1 << 30), prepared: 256 << 20}
 	reporter := &eventRecorder{}
-	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
+	p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
 	if err := p.TakeOver(ctx, &sliceRecorder{}); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestPublisherOvercommitUnderSwapBehavior(t *testing.T) {
 	}
 	var overcommit *nodeEvent
 	for i, e := range reporter.events {
-		if e.reason == ReasonOvercommitted {
+		if e.reason == publish.ReasonOvercommitted {
 			overcommit = &reporter.events[i]
 		}
 	}
@@ -200,7 +201,7 @@ func TestPublisherKubeletConfigReplaced(t *testing.T) {
 	node := &fakeNode{facts: facts(1 << 30)}
 	reporter := &eventRecorder{}
 	written := &sliceRecorder{}
-	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
+	p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
 	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestPublisherKubeletConfigReplaced(t *testing.T) {
 	}
 	var told bool
 	for _, e := range reporter.events {
-		told = told || e.reason == ReasonKubeletConfigUnreadable && strings.Contains(e.message, "replaced on the host") &&
+		told = told || e.reason == publish.ReasonKubeletConfigUnreadable && strings.Contains(e.message, "replaced on the host") &&
 			strings.Contains(e.message, "The plugin exits, and its restarted container reads the new file")
 	}
 	if !told {
@@ -228,14 +229,14 @@ func TestPublisherKubeletConfigReplaced(t *testing.T) {
 	}
 	var conflict bool
 	for _, e := range reporter.events {
-		conflict = conflict || e.reason == ReasonSwapBehaviorConflict && strings.Contains(e.message, "wait for the plugin's restart") &&
+		conflict = conflict || e.reason == publish.ReasonSwapBehaviorConflict && strings.Contains(e.message, "wait for the plugin's restart") &&
 			!strings.Contains(e.message, "point the chart's kubeletPlugin.kubeletConfig")
 	}
 	if !conflict {
 		t.Errorf("events %+v, want a SwapBehaviorConflict telling to wait for the restart, not to fix the configuration's path", reporter.events)
 	}
 	// Run (a new instance: TakeOver runs once) stops at its first sync.
-	restarted := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node}
+	restarted := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node}
 	if err := restarted.Run(ctx, written, time.Hour); !errors.Is(err, discovery.ErrKubeletConfigReplaced) {
 		t.Errorf("Run = %v, want ErrKubeletConfigReplaced", err)
 	}

@@ -1,4 +1,4 @@
-package driver
+package publish
 
 import (
 	"errors"
@@ -139,8 +139,8 @@ func TestTaintAction(t *testing.T) {
 		{"Taint", "plain", "TaintPlain"},
 		{"Taint", "dra.swap/a--b", "TaintAB"},
 	} {
-		if got := taintAction(tc.verb, tc.key); got != tc.want {
-			t.Errorf("taintAction(%q, %q) = %q, want %q", tc.verb, tc.key, got, tc.want)
+		if got := TaintAction(tc.verb, tc.key); got != tc.want {
+			t.Errorf("TaintAction(%q, %q) = %q, want %q", tc.verb, tc.key, got, tc.want)
 		}
 	}
 }

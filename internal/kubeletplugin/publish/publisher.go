@@ -1,4 +1,10 @@
-package driver
+// Package publish keeps the node's ResourceSlice in step with the node
+// (Publisher): the swap device swapdevice builds from the node's facts,
+// the overcommit taint and the taints a TaintSource adds, the Node events
+// that say why, and the publish lock that lets one plugin instance of a
+// node publish at a time. The plugin (internal/kubeletplugin/driver) hands
+// it the node, the events and the slice writer through small interfaces.
+package publish
 
 import (
 	"context"
@@ -296,13 +302,13 @@ func (p *Publisher) checkOvercommit(ctx context.Context, offer int64, reason str
 				"its swap device is tainted %s:NoSchedule, so no new swap claim is allocated here until swap returns or claims end (%s)",
 				quantity(prepared), quantity(offer), v1alpha1.TaintOvercommitted, cause)
 			klog.FromContext(ctx).Info("Swap overcommitted: tainting the device", "node", p.NodeName, "prepared", prepared, "offer", offer)
-			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, taintAction("Taint", v1alpha1.TaintOvercommitted), msg)
+			p.nodeEvent(corev1.EventTypeWarning, ReasonOvercommitted, TaintAction("Taint", v1alpha1.TaintOvercommitted), msg)
 		}
 		return
 	}
 	if p.taints.clear(v1alpha1.TaintOvercommitted) {
 		klog.FromContext(ctx).Info("Swap no longer overcommitted: taint removed", "node", p.NodeName, "prepared", prepared, "offer", offer)
-		p.nodeEvent(corev1.EventTypeNormal, ReasonOvercommitCleared, taintAction("Untaint", v1alpha1.TaintOvercommitted), fmt.Sprintf(
+		p.nodeEvent(corev1.EventTypeNormal, ReasonOvercommitCleared, TaintAction("Untaint", v1alpha1.TaintOvercommitted), fmt.Sprintf(
 			"The node offers %s of swap again and its swap claims hold %s: taint %s removed", quantity(offer), quantity(prepared), v1alpha1.TaintOvercommitted))
 	}
 }
@@ -353,7 +359,7 @@ func (p *Publisher) checkSwapBehavior(ctx context.Context, facts discovery.Facts
 	logger := klog.FromContext(ctx)
 	if behavior == v1alpha1.SwapBehaviorNoSwap {
 		logger.Info("The kubelet's swap behavior is NoSwap: swap is offered to claims alone", "node", p.NodeName, "previous", last, "offer", offer)
-		p.nodeEvent(corev1.EventTypeNormal, ReasonSwapBehaviorConflictCleared, taintAction("Untaint", v1alpha1.TaintKubeletSwapBehavior), eventmsg.Note(
+		p.nodeEvent(corev1.EventTypeNormal, ReasonSwapBehaviorConflictCleared, TaintAction("Untaint", v1alpha1.TaintKubeletSwapBehavior), eventmsg.Note(
 			"The kubelet's memorySwap.swapBehavior is NoSwap (it was %s): containers without a swap claim get no swap, so the node's swap is sold to claims "+
 				"alone; it offers %s (taint %s removed)", last, quantity(offer), v1alpha1.TaintKubeletSwapBehavior))
 		return
@@ -367,7 +373,7 @@ func (p *Publisher) checkSwapBehavior(ctx context.Context, facts discovery.Facts
 		case behavior == v1alpha1.SwapBehaviorUnknown:
 			fix = "point the chart's kubeletPlugin.kubeletConfig (--kubelet-config, --kubelet-config-dir) at the kubelet's configuration, which must say memorySwap.swapBehavior: NoSwap"
 		}
-		p.nodeEvent(corev1.EventTypeWarning, ReasonSwapBehaviorConflict, taintAction("Taint", v1alpha1.TaintKubeletSwapBehavior)+behavior, eventmsg.Note(
+		p.nodeEvent(corev1.EventTypeWarning, ReasonSwapBehaviorConflict, TaintAction("Taint", v1alpha1.TaintKubeletSwapBehavior)+behavior, eventmsg.Note(
 			"The node offers no swap to claims: its swap device has capacity 0 and the taint %s=%s:NoSchedule, because %s. To sell swap here, %s "+
 				"(the plugin follows within its rescan interval, no reinstall), or, accepting that risk, add %s to the chart's kubeletPlugin.unsafeOfferSwapUnder "+
 				"(--unsafe-offer-swap-under)", v1alpha1.TaintKubeletSwapBehavior, behavior, swapdevice.SwapBehaviorRisk(behavior), fix, behavior))
@@ -410,10 +416,10 @@ func (p *Publisher) now() time.Time {
 	return p.Clock.Now()
 }
 
-// taintAction is an event's action for setting or removing a taint: the
+// TaintAction is an event's action for setting or removing a taint: the
 // verb and the key's name in camel case ("dra.swap/swap-full" →
 // "TaintSwapFull").
-func taintAction(verb, key string) string {
+func TaintAction(verb, key string) string {
 	name := key[strings.LastIndex(key, "/")+1:]
 	var b strings.Builder
 	b.WriteString(verb)

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -99,10 +99,10 @@ func TestPublisherKeepsPublishedTaints(t *testing.T) {
 	reporter := &eventRecorder{}
 	node := &fakeNode{facts: facts(512 << 20), prepared: 768 << 20,
 		published: func(ctx context.Context) (*resourceapi.Device, error) {
-			return publishedDevice(ctx, client, "dra.swap", "node-a")
+			return publish.PublishedDevice(ctx, client, "dra.swap", "node-a")
 		}}
 	w := newPressureWatcher(pressure.Source{Root: root}, monitor, NewMetrics(), reporter, clk)
-	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: filepath.Join(t.TempDir(), "publish.lock"),
+	p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: filepath.Join(t.TempDir(), "publish.lock"),
 		Node: node, Reporter: reporter, Taints: w, Clock: clk}
 	written := &sliceRecorder{}
 	if err := p.TakeOver(ctx, written); err != nil {
@@ -152,95 +152,4 @@ func TestPublisherKeepsPublishedTaints(t *testing.T) {
 	if !slices.Equal(events(), []string{ReasonPressureCleared}) {
 		t.Errorf("events %v, want only the clear", events())
 	}
-}
-
-// One writer per slice: of two publishers on one node (a rolling update),
-// only the one holding the publish lock publishes; the other computes the
-// offer but publishes nothing until the first gives the lock up, then it
-// starts from what the first published.
-func TestPublisherOneWriter(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	lock := filepath.Join(t.TempDir(), "publish.lock")
-	total := int64(1 << 30)
-	api := &fakeAPI{}
-	newPublisher := func() *instance {
-		c := &instance{api: api, node: &fakeNode{facts: facts(total), published: api.read}}
-		c.p = &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: lock, LockRetry: time.Millisecond, Node: c.node}
-		return c
-	}
-	old, updated := newPublisher(), newPublisher()
-	if err := old.p.TakeOver(ctx, old); err != nil {
-		t.Fatal(err)
-	}
-	// The lock is held: a take-over that may not wait fails.
-	canceled, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := updated.p.TakeOver(canceled, updated); err == nil {
-		t.Fatal("the new instance took over while the old one holds the publish lock")
-	}
-	tookOver := make(chan error, 1)
-	go func() { tookOver <- updated.p.TakeOver(ctx, updated) }()
-	for i, size := range []int64{1 << 30, 2 << 30, 3 << 30} {
-		total = size
-		for _, c := range []*instance{old, updated} {
-			c.node.facts = facts(total)
-			if _, err := c.p.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if old.calls != i+1 || updated.calls != 0 {
-			t.Fatalf("swap %d: publishes old %d, new %d; want %d and 0", size, old.calls, updated.calls, i+1)
-		}
-		if got := updated.p.Offer(); got != size {
-			t.Errorf("the waiting instance's offer is %d, want %d", got, size)
-		}
-	}
-	select {
-	case <-updated.p.Writing():
-		t.Fatal("the new instance became a writer while the old one holds the lock")
-	default:
-	}
-	old.p.Close()
-	if err := <-tookOver; err != nil {
-		t.Fatal(err)
-	}
-	<-updated.p.Writing()
-	for _, c := range []*instance{old, updated} {
-		if _, err := c.p.Sync(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if old.calls != 3 || updated.calls != 1 {
-		t.Errorf("after the old instance closed: publishes old %d, new %d; want 3 and 1", old.calls, updated.calls)
-	}
-	updated.p.Close()
-}
-
-// fakeAPI holds the device TestPublisherOneWriter's instances publish.
-type fakeAPI struct {
-	mu   sync.Mutex
-	last *resourceapi.Device
-}
-
-func (a *fakeAPI) read(context.Context) (*resourceapi.Device, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.last, nil
-}
-
-// instance is one plugin instance of TestPublisherOneWriter: its
-// publisher, its node and its writes to the API.
-type instance struct {
-	p     *Publisher
-	node  *fakeNode
-	api   *fakeAPI
-	calls int
-}
-
-func (i *instance) PublishResources(_ context.Context, r resourceslice.DriverResources) error {
-	i.api.mu.Lock()
-	defer i.api.mu.Unlock()
-	i.calls++
-	i.api.last = &r.Pools["node-a"].Slices[0].Devices[0]
-	return nil
 }

@@ -1,4 +1,4 @@
-package driver
+package publish
 
 import (
 	"context"
@@ -106,6 +106,10 @@ func (p *Publisher) writer() SliceWriter {
 	return p.slices
 }
 
+// IsWriter reports whether this instance publishes now: it took over and
+// has not closed.
+func (p *Publisher) IsWriter() bool { return p.writer() != nil }
+
 // Close gives up the publish lock; Sync publishes no more. Call it after
 // the kubelet plugin helper stopped, whose ResourceSlice controller
 // writes what was published last until then.
@@ -153,10 +157,10 @@ func lockFile(ctx context.Context, path string, retry time.Duration, waiting fun
 	}
 }
 
-// publishedDevice returns the node's swap device as published in the
+// PublishedDevice returns the node's swap device as published in the
 // driver's ResourceSlices (the slice of the pool named after the node with
 // the highest pool generation), nil when none is published.
-func publishedDevice(ctx context.Context, client kubernetes.Interface, driverName, nodeName string) (*resourceapi.Device, error) {
+func PublishedDevice(ctx context.Context, client kubernetes.Interface, driverName, nodeName string) (*resourceapi.Device, error) {
 	selector := fields.AndSelectors(
 		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, driverName),
 		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, nodeName),
