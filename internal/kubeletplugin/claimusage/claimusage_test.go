@@ -1,4 +1,4 @@
-package driver
+package claimusage
 
 import (
 	"maps"
@@ -56,7 +56,7 @@ func TestClaimUsage(t *testing.T) {
 	cp.Claims[claimB] = checkpoint.ClaimInfo{Namespace: "ns", Name: "b"}
 	cp.Claims[claimC] = checkpoint.ClaimInfo{Namespace: "ns", Name: "c"} // prepared, no container yet
 	cp.Claims[claimD] = checkpoint.ClaimInfo{LimitBytes: 1 << 20}        // unconfirmed: no series
-	got, err := claimUsage(state, cgroups, cp)
+	got, err := ByClaim(state, cgroups, cp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +90,9 @@ func TestUsageShares(t *testing.T) {
 		{name: "a PiB: no overflow", used: pib, limits: map[string]int64{"a": pib / 2, "b": pib / 4, "c": pib / 4}, want: map[string]int64{"a": pib / 2, "b": pib / 4, "c": pib / 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := usageShares(tc.used, tc.limits)
+			got := shares(tc.used, tc.limits)
 			if !maps.Equal(got, tc.want) {
-				t.Errorf("usageShares(%d, %v) = %v, want %v", tc.used, tc.limits, got, tc.want)
+				t.Errorf("shares(%d, %v) = %v, want %v", tc.used, tc.limits, got, tc.want)
 			}
 		})
 	}
