@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 )
@@ -28,7 +28,7 @@ import (
 func TestPluginWithoutKubeletConfig(t *testing.T) {
 	const configPath = "/etc/kubernetes/kubelet.yaml"
 	metricsPort := freePort(t)
-	ctx, client, h, _ := runPlugin(t, func(c *driver.Config) {
+	ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) {
 		c.Discovery.KubeletConfigPath = configPath
 		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	})
@@ -58,7 +58,7 @@ func TestPluginWithoutKubeletConfig(t *testing.T) {
 // turn PSI on, and exports dra_swap_psi_available 0.
 func TestPluginWithoutPSI(t *testing.T) {
 	metricsPort := freePort(t)
-	ctx, client, h, _ := runPlugin(t, func(c *driver.Config) {
+	ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) {
 		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 		c.Pressure, c.PressureInterval = pressure.DefaultConfig(), 100*time.Millisecond
 		// Where the chart points it: the plugin's own procfs, here a
@@ -73,7 +73,7 @@ func TestPluginWithoutPSI(t *testing.T) {
 		q, ok := d.Capacity[v1alpha1.CapacitySwap]
 		return ok && q.Value.Value() == 2*gi
 	})
-	waitForNodeEvent(t, ctx, client, driver.ReasonPSIUnavailable, "psi=1")
+	waitForNodeEvent(t, ctx, client, kubeletplugin.ReasonPSIUnavailable, "psi=1")
 	waitForMetric(t, ctx, metricsPort, "dra_swap_psi_available 0\n")
 }
 
@@ -126,7 +126,7 @@ func TestPluginHookOnANoexecMount(t *testing.T) {
 	}
 	metricsPort := freePort(t)
 	var hookDir string
-	ctx, client, _, _ := runPlugin(t, func(c *driver.Config) {
+	ctx, client, _, _ := runPlugin(t, func(c *kubeletplugin.Config) {
 		c.HookPath, c.InstallHookFrom = hookPath, src
 		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 		hookDir = filepath.Join(c.Discovery.Root, filepath.Dir(hookPath))

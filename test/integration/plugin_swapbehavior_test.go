@@ -16,8 +16,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
@@ -82,7 +82,7 @@ func TestPluginSwapBehavior(t *testing.T) {
 			t.Fatalf("the chart's default offers swap under %q", unsafe)
 		}
 		metricsPort := freePort(t)
-		ctx, client, h, _ := runPlugin(t, func(c *driver.Config) {
+		ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) {
 			c.Policy.UnsafeOfferUnder = unsafe
 			c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 		})
@@ -117,7 +117,7 @@ func TestPluginSwapBehavior(t *testing.T) {
 		if strings.Join(unsafe, ",") != "LimitedSwap" {
 			t.Fatalf("the chart renders --unsafe-offer-swap-under=%s, want LimitedSwap", strings.Join(unsafe, ","))
 		}
-		ctx, client, h, _ := runPlugin(t, func(c *driver.Config) { c.Policy.UnsafeOfferUnder = unsafe })
+		ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) { c.Policy.UnsafeOfferUnder = unsafe })
 		h.write("var/lib/kubelet/config.yaml", kubeletConfigWith("LimitedSwap"))
 		waitForSlice(t, ctx, client, "2Gi offered under LimitedSwap, as configured", func(d *resourceapi.Device) bool {
 			return offers(2*gi)(d) && attr(d, "swapBehavior") == "LimitedSwap"

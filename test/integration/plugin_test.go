@@ -28,8 +28,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
@@ -84,7 +84,7 @@ func newHost(t testing.TB) hostTree {
 // runPlugin starts an API server with the node object, a fake host tree
 // and the kubelet plugin; the plugin stops, and must exit cleanly, when the
 // test ends.
-func runPlugin(t testing.TB, configure ...func(*driver.Config)) (context.Context, kubernetes.Interface, hostTree, driver.Config) {
+func runPlugin(t testing.TB, configure ...func(*kubeletplugin.Config)) (context.Context, kubernetes.Interface, hostTree, kubeletplugin.Config) {
 	api := framework.StartAPIServer(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -100,9 +100,9 @@ func runPlugin(t testing.TB, configure ...func(*driver.Config)) (context.Context
 	return ctx, api.Client, h, cfg
 }
 
-func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface, h hostTree, configure ...func(*driver.Config)) (driver.Config, <-chan error) {
+func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface, h hostTree, configure ...func(*kubeletplugin.Config)) (kubeletplugin.Config, <-chan error) {
 	dir := t.TempDir()
-	cfg := driver.Config{
+	cfg := kubeletplugin.Config{
 		DriverName:     "dra.swap",
 		NodeName:       nodeName,
 		Discovery:      discovery.Options{Root: h.root, KubeletConfigPath: "/var/lib/kubelet/config.yaml"},
@@ -124,7 +124,7 @@ func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface,
 	}
 	done := make(chan error, 1)
 	go func() {
-		plugin, err := driver.New(ctx, cfg, client)
+		plugin, err := kubeletplugin.New(ctx, cfg, client)
 		if err != nil {
 			done <- err
 			return
@@ -291,7 +291,7 @@ func TestPluginPublishesSwap(t *testing.T) {
 // the way the kubelet does, for a claim allocated in the API server.
 func TestPluginPreparesOverGRPC(t *testing.T) {
 	metricsPort := freePort(t)
-	ctx, client, h, cfg := runPlugin(t, func(c *driver.Config) { c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort) })
+	ctx, client, h, cfg := runPlugin(t, func(c *kubeletplugin.Config) { c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort) })
 	waitForSlice(t, ctx, client, "the device is published", capacityIs(2*gi))
 
 	ns := "default"
@@ -384,7 +384,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	}
 	d0 := status[0]
 	if d0.Driver != "dra.swap" || d0.Pool != nodeName || d0.Device != "swap" || ptr.Deref(d0.ShareID, "") != shareID ||
-		len(d0.Conditions) != 1 || d0.Conditions[0].Type != driver.ConditionSwapApplied || d0.Conditions[0].Status != metav1.ConditionUnknown ||
+		len(d0.Conditions) != 1 || d0.Conditions[0].Type != kubeletplugin.ConditionSwapApplied || d0.Conditions[0].Status != metav1.ConditionUnknown ||
 		d0.Data == nil || !strings.Contains(string(d0.Data.Raw), `"swapBytes":314572800`) || !strings.Contains(string(d0.Data.Raw), `"containers":{"app":314572800}`) {
 		t.Errorf("device status %+v, data %s", d0, d0.Data)
 	}

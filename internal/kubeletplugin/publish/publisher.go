@@ -2,7 +2,7 @@
 // (Publisher): the swap device swapdevice builds from the node's facts,
 // the overcommit taint and the taints a TaintSource adds, the Node events
 // that say why, and the publish lock that lets one plugin instance of a
-// node publish at a time. The plugin (internal/kubeletplugin/driver) hands
+// node publish at a time. The plugin (internal/kubeletplugin) hands
 // it the node, the events and the slice writer through small interfaces.
 package publish
 
