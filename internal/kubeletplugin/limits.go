@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/podevents"
 )
@@ -34,7 +35,7 @@ type limitReporter struct {
 	recorder events.EventRecorder
 	// statuses, if set, carries a limit that is not held into the
 	// status of the claims of its container (or pod).
-	statuses *claimStatuses
+	statuses limitStatuses
 	// initContainer says whether a pod's container is an init container
 	// (for the event's field path); nil takes every one for a container.
 	initContainer func(namespace, pod, container string) bool
@@ -49,6 +50,13 @@ type limitReporter struct {
 type notHeldLimit struct {
 	drift limitcheck.Drift
 	err   string
+}
+
+// limitStatuses is where a limit that is not held goes into the claims'
+// status (*claimstatus.Writer).
+type limitStatuses interface {
+	LimitNotHeld(d limitcheck.Drift, text string)
+	LimitHeld(d limitcheck.Drift)
 }
 
 var _ limitcheck.Reporter = (*limitReporter)(nil)
@@ -96,7 +104,7 @@ func (r *limitReporter) notHeldNow(d limitcheck.Drift, err error) {
 	r.notHeld[d.Key()] = n
 	r.setMetricsLocked()
 	if r.statuses != nil && d.Container.Pod != "" {
-		r.statuses.limitNotHeld(d, conditionText(d, n.err))
+		r.statuses.LimitNotHeld(d, conditionText(d, n.err))
 	}
 }
 
@@ -110,7 +118,7 @@ func (r *limitReporter) held(d limitcheck.Drift) {
 	delete(r.notHeld, d.Key())
 	r.setMetricsLocked()
 	if r.statuses != nil && d.Container.Pod != "" {
-		r.statuses.limitHeld(d)
+		r.statuses.LimitHeld(d)
 	}
 }
 
@@ -154,11 +162,11 @@ func notRestoredNote(node string, d limitcheck.Drift, err error) string {
 			"(an in-place resize) while it had memory swapped out, and cgroup v1 refuses to set memory+swap below what the "+
 			"container uses. It may use that much swap until its usage falls; the limit is %s, the claim's status "+
 			"(condition %s) and dra_swap_over_granted_bytes show it until then: %v",
-			subject(d), node, describe(d.Found), describe(d.OverBytes()), describe(d.Want), retryText(v1), ConditionSwapApplied, err)
+			subject(d), node, describe(d.Found), describe(d.OverBytes()), describe(d.Want), retryText(v1), claimstatus.ConditionSwapApplied, err)
 	}
 	return eventmsg.Note("%s on node %q is %s, not %s as its claims say, and could not be restored; it is %s, and the claim's status "+
 		"(condition %s) and dra_swap_limits_not_restored show it until it holds: %v",
-		subject(d), node, describe(d.Found), describe(d.Want), retryText(v1), ConditionSwapApplied, err)
+		subject(d), node, describe(d.Found), describe(d.Want), retryText(v1), claimstatus.ConditionSwapApplied, err)
 }
 
 // conditionText is what a claim's condition says of a limit not held

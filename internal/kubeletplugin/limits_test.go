@@ -12,16 +12,12 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
 )
 
 // TestLimitEventsBounded: the verifier's events fit the API server's
@@ -76,28 +72,22 @@ func TestPodEventSinkBounded(t *testing.T) {
 // refuses to lower (its memory limit was lowered while it had memory
 // swapped out) gets one SwapLimitNotRestored event that says what
 // happened and what comes next, shows in dra_swap_limits_not_restored,
-// dra_swap_over_granted_bytes and the claim's SwapApplied condition (False,
-// LimitNotHeld) while it lasts, and leaves all three when it is gone.
+// dra_swap_over_granted_bytes and, for the claim's SwapApplied condition,
+// in the claims' status (claimstatus.Writer.LimitNotHeld) while it lasts,
+// and leaves all three when it is gone.
 func TestOverGrantReported(t *testing.T) {
 	ctx := context.Background()
 	m := NewMetrics()
-	s := newClaimStatuses(nil, "dra.swap", "node-a", m)
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
-	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{{
-		Result:     resourceapi.DeviceRequestAllocationResult{Request: "swap", Driver: "dra.swap", Pool: "node-a", Device: "swap"},
-		LimitBytes: 100 << 20, Containers: map[string]int64{"worker": 100 << 20},
-	}}})
-	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "worker", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	s := &statusRecorder{}
 	rec := events.NewFakeRecorder(10)
 	r := &limitReporter{node: "node-a", metrics: m, recorder: rec, statuses: s}
 	condition := func() string {
 		t.Helper()
-		ac, err := s.applyConfiguration(s.claims["claim-uid"])
-		if err != nil {
-			t.Fatal(err)
+		text, ok := s.notHeld["worker"]
+		if !ok {
+			return "held"
 		}
-		c := ac.Status.Devices[0].Conditions[0]
-		return string(*c.Status) + " " + *c.Reason + ": " + *c.Message
+		return "not held: " + text
 	}
 	metrics := func(want string) {
 		t.Helper()
@@ -125,7 +115,7 @@ func TestOverGrantReported(t *testing.T) {
 		}
 	}
 	metrics("dra_swap_limits_not_restored 1\ndra_swap_over_granted_bytes 6.7108864e+07")
-	if got := condition(); !strings.HasPrefix(got, "False LimitNotHeld: not held on node node-a, and could not be restored: container worker: swap limit 164Mi, 64Mi more than its claims grant (100Mi), since 2026-11-27T12:00:00Z (1 writes failed): ") {
+	if got := condition(); !strings.HasPrefix(got, "not held: container worker: swap limit 164Mi, 64Mi more than its claims grant (100Mi), since 2026-11-27T12:00:00Z (1 writes failed): ") {
 		t.Errorf("condition %q", got)
 	}
 
@@ -143,10 +133,39 @@ func TestOverGrantReported(t *testing.T) {
 
 	r.Cleared(ctx, d)
 	metrics("dra_swap_limits_not_restored 0\ndra_swap_over_granted_bytes 0")
-	if got := condition(); !strings.HasPrefix(got, "True Applied") {
-		t.Errorf("condition %q after it holds again, want True Applied", got)
+	if got := condition(); got != "held" {
+		t.Errorf("condition %q after it holds again, want held", got)
 	}
 	if len(rec.Events) != 0 {
 		t.Errorf("an event when it holds again: %q", <-rec.Events)
 	}
+}
+
+// statusRecorder records what the reporters tell the claims' status
+// (limitStatuses, offloadStatuses).
+type statusRecorder struct {
+	notHeld   map[string]string // by container name ("" for the pod's budget)
+	offloaded [][]offload.ClaimFigures
+	interval  time.Duration
+}
+
+func (r *statusRecorder) LimitNotHeld(d limitcheck.Drift, text string) {
+	if r.notHeld == nil {
+		r.notHeld = map[string]string{}
+	}
+	r.notHeld[driftName(d)] = text
+}
+
+func (r *statusRecorder) LimitHeld(d limitcheck.Drift) { delete(r.notHeld, driftName(d)) }
+
+func (r *statusRecorder) Offloaded(figures []offload.ClaimFigures, interval time.Duration) {
+	r.offloaded = append(r.offloaded, figures)
+	r.interval = interval
+}
+
+func driftName(d limitcheck.Drift) string {
+	if d.Pod {
+		return ""
+	}
+	return d.Container.Name
 }

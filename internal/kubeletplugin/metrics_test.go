@@ -44,7 +44,7 @@ func TestMetricLabelsLeaveTargetLabels(t *testing.T) {
 	m.enableHookRuns()
 	m.enableOffload()
 	// Give every vector a series, so that its labels show.
-	offloads := &offloadReporter{metrics: m.offload, statuses: newClaimStatuses(nil, "dra.swap", "node-a", m), recorder: events.NewFakeRecorder(4)}
+	offloads := &offloadReporter{metrics: m.offload, statuses: &statusRecorder{}, recorder: events.NewFakeRecorder(4)}
 	_, ctx := ktesting.NewTestContext(t)
 	offloads.Pass(ctx, offload.PassReport{Containers: 1, Claims: []offload.ClaimFigures{{UID: "u", Claim: types.NamespacedName{Namespace: "ns", Name: "a"},
 		Containers: 1, ReclaimedBytes: 4096, SwapBytes: 1, SwapPeakBytes: 2, StallPPM: 3, BudgetPPM: 1000, Reason: offload.ReasonOffloading}}})

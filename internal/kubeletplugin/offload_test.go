@@ -1,61 +1,41 @@
 package kubeletplugin
 
 import (
-	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
-	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
 )
 
 // TestOffloadReporter: the loop's figures become one series per claim
 // (the counter rising by what was reclaimed since the last pass, the
-// series of a claim no longer driven deleted), its status data at most
-// once a minute, and a pressure episode one Normal event on the
+// series of a claim no longer driven deleted), each pass's figures to the
+// claims' status, and a pressure episode one Normal event on the
 // container with the stall and the budget.
 func TestOffloadReporter(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	m := NewMetrics()
 	m.enableOffload()
-	s := newClaimStatuses(nil, "dra.swap", "node-a", m)
-	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
-	s.clock, s.delay = clk, time.Hour
+	s := &statusRecorder{}
 	rec := events.NewFakeRecorder(4)
 	r := &offloadReporter{node: "node-a", interval: 6 * time.Second, metrics: m.offload, statuses: s, recorder: rec}
 
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
-	config := v1alpha1.Merge(&v1alpha1.SwapConfig{Offload: &v1alpha1.Offload{MaxStallPercent: ptr.To[v1alpha1.StallPercent](50)}})
-	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{{
-		Result:     resourceapi.DeviceRequestAllocationResult{Request: "swap", Driver: "dra.swap", Pool: "node-a", Device: "swap"},
-		LimitBytes: 512 << 20, Config: config, Containers: map[string]int64{"worker": 512 << 20},
-	}}})
 	figures := offload.ClaimFigures{UID: "claim-uid", Claim: types.NamespacedName{Namespace: "ns", Name: "c"}, Containers: 1,
 		ReclaimedBytes: 10 << 20, SwapBytes: 9 << 20, SwapPeakBytes: -1, StallPPM: 1234, BudgetPPM: 5000, Reason: offload.ReasonOffloading}
 	r.Pass(ctx, offload.PassReport{Containers: 1, Claims: []offload.ClaimFigures{figures}, Duration: time.Millisecond})
-	if n := s.queue.Len(); n != 1 {
-		t.Fatalf("%d claims queued after the first figures, want the claim", n)
-	}
 	figures.ReclaimedBytes, figures.Reason = 15<<20, offload.ReasonOverBudget
-	clk.SetTime(clk.Now().Add(30 * time.Second))
-	uid, _ := s.queue.Get() // written by the worker
-	s.queue.Done(uid)
 	r.Pass(ctx, offload.PassReport{Containers: 1, Claims: []offload.ClaimFigures{figures}})
-	if n := s.queue.Len(); n != 0 {
-		t.Errorf("%d claims queued 30 s after the last figures, want none before a minute", n)
+	// Every pass's figures go to the claims' status (which writes them at
+	// most once a minute: claimstatus.TestOffloaded), with the interval.
+	if len(s.offloaded) != 2 || len(s.offloaded[1]) != 1 || s.offloaded[1][0] != figures || s.interval != 6*time.Second {
+		t.Errorf("told the claims' status %+v every %v, want each pass's figures every 6s", s.offloaded, s.interval)
 	}
 	page := scrapeHandler(t, m)
 	for _, want := range []string{
@@ -72,24 +52,6 @@ func TestOffloadReporter(t *testing.T) {
 	}
 	if strings.Contains(page, "dra_swap_offload_swap_peak_bytes{") {
 		t.Error("a swap peak series without memory.swap.peak")
-	}
-
-	// The status data carries the latest figures, with the config.
-	ac, err := s.applyConfiguration(s.claims["claim-uid"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var data DeviceStatusData
-	if err := json.Unmarshal(ac.Status.Devices[0].Data.Raw, &data); err != nil {
-		t.Fatal(err)
-	}
-	want := OffloadStatus{State: offload.ReasonOverBudget, SwapBytes: 9 << 20, ReclaimedBytes: 15 << 20, StallPercent: ptr.To[v1alpha1.StallPercent](12),
-		MaxStallPercent: 50, Containers: 1}
-	if data.Offload == nil || !reflect.DeepEqual(*data.Offload, want) || data.Config.Offload == nil || *data.Config.Offload.MaxStallPercent != 50 {
-		t.Errorf("status data %s, want offload %+v and the config's budget", ac.Status.Devices[0].Data.Raw, want)
-	}
-	if raw := string(ac.Status.Devices[0].Data.Raw); !strings.Contains(raw, `"stallPercent":0.12`) || !strings.Contains(raw, `"maxStallPercent":0.5`) {
-		t.Errorf("status data %s: percentages as numbers with two decimals", raw)
 	}
 
 	// An episode: one event on the container.

@@ -26,6 +26,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/nri"
@@ -162,7 +163,7 @@ type Plugin struct {
 	broadcaster events.EventBroadcaster
 	ledger      *nodeEventLedger // the Node events told and written (see exiting)
 	store       *checkpoint.Store
-	statuses    *claimStatuses
+	statuses    *claimstatus.Writer
 	manager     *prepare.Manager
 	publisher   *publish.Publisher
 	verifier    *limitcheck.Verifier
@@ -232,13 +233,13 @@ func New(ctx context.Context, cfg Config, client kubernetes.Interface) (*Plugin,
 	p.ledger = newNodeEventLedger()
 	p.broadcaster = events.NewBroadcaster(ledgerSink{EventSink: &events.EventSinkImpl{Interface: background.EventsV1()}, ledger: p.ledger})
 	recorder := p.broadcaster.NewRecorder(scheme.Scheme, cfg.DriverName)
-	p.statuses = newClaimStatuses(background, cfg.DriverName, cfg.NodeName, p.metrics)
+	p.statuses = claimstatus.New(background, cfg.DriverName, cfg.NodeName, p.metrics.statusFailed)
 	p.buildPrepare(writer, recorder)
 	p.buildLimits(recorder)
 	p.buildPublisher(ctx, recorder, monitor)
 	p.specs = &specReconciler{manager: p.manager, cluster: apiCluster{pods: p.pods, client: client}, events: p.publisher.Reporter, metrics: p.metrics}
 	p.driver = &driver{poolName: cfg.NodeName, manager: p.manager, publisher: p.publisher, metrics: p.metrics, fatal: p.fail,
-		unprepared: p.statuses.unprepared}
+		unprepared: p.statuses.Unprepared}
 	return p, nil
 }
 
@@ -270,7 +271,7 @@ func (p *Plugin) buildLimits(recorder events.EventRecorder) {
 			CgroupVersion: p.facts.CgroupVersion, Verifier: p.verifier, Observer: p.metrics,
 			LockPath: filepath.Join(cfg.PluginDataDir, "nri.lock")}
 	}
-	p.emitter = &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder, Reported: p.statuses.reported,
+	p.emitter = &podevents.Emitter{StateDir: cfg.HookStateDir, Node: cfg.NodeName, Recorder: recorder, Reported: p.statuses.Reported,
 		InitContainer: p.pods.initContainer}
 	if cfg.ClaimUsageMetrics {
 		p.metrics.enableClaimUsage()
@@ -325,14 +326,14 @@ func (n preparedNode) Support() v1alpha1.NodeSupport {
 // claims' status (prepare.Observer).
 type prepareObserver struct {
 	metrics  *Metrics
-	statuses *claimStatuses
+	statuses *claimstatus.Writer
 }
 
 func (o prepareObserver) Recorded(claims int, limitBytes int64) {
 	o.metrics.setPrepared(claims, limitBytes)
 }
 
-func (o prepareObserver) Prepared(r prepare.ClaimReport) { o.statuses.prepared(r) }
+func (o prepareObserver) Prepared(r prepare.ClaimReport) { o.statuses.Prepared(r) }
 
 // fail stops Run with err (the first fatal error wins).
 func (p *Plugin) fail(err error) {
@@ -365,7 +366,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	// last to first), whose ResourceSlice controller writes until then.
 	defer p.publisher.Close()
 	defer p.broadcaster.Shutdown()
-	defer p.statuses.queue.ShutDown()
+	defer p.statuses.Stop()
 	if err := p.startUp(ctx); err != nil {
 		return err
 	}
@@ -569,7 +570,7 @@ func (p *Plugin) startLoops(ctx context.Context, wg *sync.WaitGroup, helper *dra
 	})
 	// The hook's outcomes become events on the pods; the verifier and the
 	// NRI plugin keep the limits true from here on.
-	wg.Go(func() { p.statuses.run(ctx) })
+	wg.Go(func() { p.statuses.Run(ctx) })
 	wg.Go(func() { p.emitter.Run(ctx, time.Second) })
 	wg.Go(func() { p.verifier.Run(ctx, p.cfg.VerifyInterval) })
 	wg.Go(func() { p.specs.run(ctx, reconcileInterval) })

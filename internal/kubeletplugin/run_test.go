@@ -95,7 +95,7 @@ func TestNewTouchesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.broadcaster.Shutdown()
-	defer p.statuses.queue.ShutDown()
+	defer p.statuses.Stop()
 	if after := append(tree(t, root), tree(t, dir)...); !slices.Equal(after, before) {
 		t.Errorf("New changed the files: before %v, after %v", before, after)
 	}
@@ -156,7 +156,7 @@ func TestStartUpMakesHookStateDirPrivate(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.broadcaster.Shutdown()
-			defer p.statuses.queue.ShutDown()
+			defer p.statuses.Stop()
 			err = p.startUp(ctx)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -28,6 +28,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
@@ -179,7 +180,7 @@ func TestPluginOffloadPrepared(t *testing.T) {
 		t.Fatalf("memory.reclaim holds %q, want a step of 10735616 bytes: %v", data, err)
 	}
 	// The claim's status carries the figures.
-	var data kubeletplugin.DeviceStatusData
+	var data claimstatus.DeviceStatusData
 	var raw string
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
 		c, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
@@ -187,7 +188,7 @@ func TestPluginOffloadPrepared(t *testing.T) {
 			return false, err
 		}
 		raw = string(c.Status.Devices[0].Data.Raw)
-		data = kubeletplugin.DeviceStatusData{}
+		data = claimstatus.DeviceStatusData{}
 		return json.Unmarshal(c.Status.Devices[0].Data.Raw, &data) == nil && data.Offload != nil && data.Offload.State == offload.ReasonOffloading, nil
 	}); err != nil {
 		t.Fatalf("the claim's status data %s lacks the loop's figures: %v", raw, err)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
@@ -384,7 +385,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	}
 	d0 := status[0]
 	if d0.Driver != "dra.swap" || d0.Pool != nodeName || d0.Device != "swap" || ptr.Deref(d0.ShareID, "") != shareID ||
-		len(d0.Conditions) != 1 || d0.Conditions[0].Type != kubeletplugin.ConditionSwapApplied || d0.Conditions[0].Status != metav1.ConditionUnknown ||
+		len(d0.Conditions) != 1 || d0.Conditions[0].Type != claimstatus.ConditionSwapApplied || d0.Conditions[0].Status != metav1.ConditionUnknown ||
 		d0.Data == nil || !strings.Contains(string(d0.Data.Raw), `"swapBytes":314572800`) || !strings.Contains(string(d0.Data.Raw), `"containers":{"app":314572800}`) {
 		t.Errorf("device status %+v, data %s", d0, d0.Data)
 	}

@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/servingcert"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -376,16 +376,16 @@ func testPluginClaimStatus(t *testing.T, s *framework.APIServer, byPolicy bool) 
 	// internal/kubeletplugin's claim status writer does: server-side
 	// apply of the status with its field manager, forced.
 	apply := func(client kubernetes.Interface, c *resourceapi.ResourceClaim, pool, condition string) error {
-		data, err := json.Marshal(kubeletplugin.DeviceStatusData{APIVersion: "dra.swap/v1alpha1", Kind: "SwapDeviceStatus", LimitBytes: 1 << 20})
+		data, err := json.Marshal(claimstatus.DeviceStatusData{APIVersion: "dra.swap/v1alpha1", Kind: "SwapDeviceStatus", LimitBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ac := resourceapply.ResourceClaim(c.Name, c.Namespace).WithUID(c.UID).WithStatus(resourceapply.ResourceClaimStatus().WithDevices(
 			resourceapply.AllocatedDeviceStatus().WithDriver("dra.swap").WithPool(pool).WithDevice("swap").
 				WithData(runtime.RawExtension{Raw: data}).
-				WithConditions(metav1apply.Condition().WithType(kubeletplugin.ConditionSwapApplied).WithStatus(metav1.ConditionStatus(condition)).
-					WithReason(kubeletplugin.ReasonPrepared).WithMessage("test").WithLastTransitionTime(metav1.Now()))))
-		_, err = client.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: kubeletplugin.StatusFieldManager, Force: true})
+				WithConditions(metav1apply.Condition().WithType(claimstatus.ConditionSwapApplied).WithStatus(metav1.ConditionStatus(condition)).
+					WithReason(claimstatus.ReasonPrepared).WithMessage("test").WithLastTransitionTime(metav1.Now()))))
+		_, err = client.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: claimstatus.StatusFieldManager, Force: true})
 		return err
 	}
 	jsonPatch := func(c *resourceapi.ResourceClaim, patch string) error {

@@ -1,4 +1,4 @@
-package kubeletplugin
+package claimstatus
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // False for admin access; its transition time moves only when its status
 // does.
 func TestClaimStatusConditions(t *testing.T) {
-	s := newClaimStatuses(nil, "dra.swap", "node-a", NewMetrics())
+	s := New(nil, "dra.swap", "node-a", nil)
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 	s.clock = clk
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
@@ -40,7 +40,7 @@ func TestClaimStatusConditions(t *testing.T) {
 		}
 		return r
 	}
-	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"},
+	s.Prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"},
 		Results: []prepare.ResultReport{result("swap", false), result("admin", true)}})
 	conditions := func() []string {
 		t.Helper()
@@ -67,16 +67,16 @@ func TestClaimStatusConditions(t *testing.T) {
 	}
 	check("Unknown Prepared: prepared on node node-a; waiting for container a, b to start @12:00:00", "False AdminAccess")
 	clk.SetTime(clk.Now().Add(time.Minute))
-	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	s.Reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
 	check("Unknown Prepared: prepared on node node-a; waiting for container b to start @12:00:00")
 	// Another pod's container with the claim changes nothing.
-	s.reported(hookrecord.Record{Namespace: "ns", Pod: "other", Container: "b", Error: "refused", Claims: []string{"claim-uid"}})
-	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "b", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	s.Reported(hookrecord.Record{Namespace: "ns", Pod: "other", Container: "b", Error: "refused", Claims: []string{"claim-uid"}})
+	s.Reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "b", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
 	check("True Applied: swap limit applied on node node-a to container a (100Mi), b (100Mi) @12:01:00")
 	clk.SetTime(clk.Now().Add(time.Minute))
-	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "b", Error: "container ns/p/b has no memory limit", Claims: []string{"claim-uid"}})
+	s.Reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "b", Error: "container ns/p/b has no memory limit", Claims: []string{"claim-uid"}})
 	check("False NotApplied: not applied to container b: container ns/p/b has no memory limit @12:02:00")
-	s.unprepared([]types.UID{"claim-uid"})
+	s.Unprepared([]types.UID{"claim-uid"})
 	if len(s.claims) != 0 {
 		t.Errorf("claims kept after unprepare: %v", s.claims)
 	}
@@ -86,16 +86,16 @@ func TestClaimStatusConditions(t *testing.T) {
 // 2 kB hook error make a condition message within the API's 32 KiB limit
 // (eventmsg.ConditionLimit) that names the first ones and counts the rest.
 func TestClaimStatusConditionBounded(t *testing.T) {
-	s := newClaimStatuses(nil, "dra.swap", "node-a", NewMetrics())
+	s := New(nil, "dra.swap", "node-a", nil)
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
 	r := prepare.ResultReport{Result: resourceapi.DeviceRequestAllocationResult{Request: "swap", Driver: "dra.swap", Pool: "node-a", Device: "swap"},
 		LimitBytes: 100 << 20, Containers: map[string]int64{}}
 	for i := range 40 {
 		r.Containers[fmt.Sprintf("c%02d", i)] = 1 << 20
 	}
-	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{r}})
+	s.Prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{r}})
 	for name := range r.Containers {
-		s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: name, Error: strings.Repeat("ö", 1024), Claims: []string{"claim-uid"}})
+		s.Reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: name, Error: strings.Repeat("ö", 1024), Claims: []string{"claim-uid"}})
 	}
 	ac, err := s.applyConfiguration(s.claims["claim-uid"])
 	if err != nil {
@@ -122,18 +122,18 @@ func TestClaimStatusWrites(t *testing.T) {
 		}
 		return true, &resourceapi.ResourceClaim{}, nil
 	})
-	s := newClaimStatuses(client, "dra.swap", "node-a", NewMetrics())
+	s := New(client, "dra.swap", "node-a", nil)
 	s.delay = time.Hour // never, within the test
 	ctx := context.Background()
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}}
-	s.prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{{
+	s.Prepared(prepare.ClaimReport{Claim: claim, Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Results: []prepare.ResultReport{{
 		Result:     resourceapi.DeviceRequestAllocationResult{Request: "swap", Driver: "dra.swap", Pool: "node-a", Device: "swap"},
 		LimitBytes: 100 << 20, Containers: map[string]int64{"a": 100 << 20},
 	}}})
 	if n := s.queue.Len(); n != 0 {
 		t.Fatalf("%d claims queued at once after prepare, want none before the delay", n)
 	}
-	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
+	s.Reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", LimitBytes: 100 << 20, Claims: []string{"claim-uid"}})
 	if n := s.queue.Len(); n != 1 {
 		t.Fatalf("%d claims queued after the hook's outcome, want it at once", n)
 	}
@@ -145,7 +145,7 @@ func TestClaimStatusWrites(t *testing.T) {
 	if len(applies) != 1 || !strings.Contains(applies[0], `"status":"True"`) {
 		t.Fatalf("applies %q, want one, with the applied condition", applies)
 	}
-	s.reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", Error: "refused", Claims: []string{"claim-uid"}})
+	s.Reported(hookrecord.Record{Namespace: "ns", Pod: "p", Container: "a", Error: "refused", Claims: []string{"claim-uid"}})
 	if err := s.write(ctx, "claim-uid"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,9 @@
-package kubeletplugin
+// Package claimstatus writes what the kubelet plugin granted and applied
+// into the prepared claims' status.devices (Writer): the device status
+// data and the SwapApplied condition, from prepare's reports, the hook's
+// records, the verifier's limits that are not held and the offload loop's
+// figures.
+package claimstatus
 
 import (
 	"bytes"
@@ -30,7 +35,7 @@ import (
 )
 
 // ConditionSwapApplied is the condition on each device status of a
-// prepared dra.swap claim: Unknown until the containers started, True when
+// Prepared dra.swap claim: Unknown until the containers started, True when
 // the hook applied the limit to every container that started, False with
 // the reason otherwise (and for admin access, which grants nothing).
 const ConditionSwapApplied = "SwapApplied"
@@ -112,8 +117,8 @@ type claimState struct {
 	last  map[string]metav1.ConditionStatus
 }
 
-// claimStatuses writes what the driver granted and applied into the
-// prepared claims' status.devices, with server-side apply of the driver's
+// Writer writes what the driver granted and applied into the
+// Prepared claims' status.devices, with server-side apply of the driver's
 // own entries, asynchronously: prepare never waits for it, and a failed
 // write is retried with backoff and counted.
 //
@@ -124,12 +129,13 @@ type claimState struct {
 // prepares (the kubelet's claim reads and the node's CPU). An outcome is
 // written at once; a write that would apply what was last applied is
 // skipped.
-type claimStatuses struct {
-	client  kubernetes.Interface
-	driver  string
-	node    string
-	metrics *Metrics
-	clock   clock.PassiveClock
+type Writer struct {
+	client kubernetes.Interface
+	driver string
+	node   string
+	// failed is told of each write given up after its retries.
+	failed func()
+	clock  clock.PassiveClock
 	// delay is how long a prepared claim waits for its first write
 	// (preparedStatusDelay).
 	delay time.Duration
@@ -144,17 +150,19 @@ type claimStatuses struct {
 // prepare, also in a burst of pods).
 const preparedStatusDelay = 2 * time.Second
 
-func newClaimStatuses(client kubernetes.Interface, driver, node string, metrics *Metrics) *claimStatuses {
-	return &claimStatuses{
-		client: client, driver: driver, node: node, metrics: metrics, clock: clock.RealClock{}, delay: preparedStatusDelay,
+// New returns a Writer of node's claims of driver; failed, if set, is told
+// of each write given up after its retries.
+func New(client kubernetes.Interface, driver, node string, failed func()) *Writer {
+	return &Writer{
+		client: client, driver: driver, node: node, failed: failed, clock: clock.RealClock{}, delay: preparedStatusDelay,
 		claims: map[types.UID]*claimState{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "claim-status"}),
 	}
 }
 
-// prepared records what prepare granted (prepare.Options.Prepared).
-func (s *claimStatuses) prepared(r prepare.ClaimReport) {
+// Prepared records what prepare granted (prepare.Options.Prepared).
+func (s *Writer) Prepared(r prepare.ClaimReport) {
 	s.mu.Lock()
 	st, ok := s.claims[r.Claim.UID]
 	if !ok {
@@ -167,9 +175,9 @@ func (s *claimStatuses) prepared(r prepare.ClaimReport) {
 	s.queue.AddAfter(r.Claim.UID, s.delay)
 }
 
-// reported records the hook's outcome for a container (a hookrecord.Record
+// Reported records the hook's outcome for a container (a hookrecord.Record
 // the podevents emitter reported).
-func (s *claimStatuses) reported(r hookrecord.Record) {
+func (s *Writer) Reported(r hookrecord.Record) {
 	s.mu.Lock()
 	var changed []types.UID
 	for _, uid := range r.Claims {
@@ -186,15 +194,15 @@ func (s *claimStatuses) reported(r hookrecord.Record) {
 	}
 }
 
-// limitNotHeld records that a container's limit (or its pod's budget,
+// LimitNotHeld records that a container's limit (or its pod's budget,
 // d.Pod) is not what its claims say and could not be restored, in the
 // claims of the container's pod that reach it; text says so.
-func (s *claimStatuses) limitNotHeld(d limitcheck.Drift, text string) { s.setNotHeld(d, text) }
+func (s *Writer) LimitNotHeld(d limitcheck.Drift, text string) { s.setNotHeld(d, text) }
 
-// limitHeld records that it holds again (or is gone).
-func (s *claimStatuses) limitHeld(d limitcheck.Drift) { s.setNotHeld(d, "") }
+// LimitHeld records that it holds again (or is gone).
+func (s *Writer) LimitHeld(d limitcheck.Drift) { s.setNotHeld(d, "") }
 
-func (s *claimStatuses) setNotHeld(d limitcheck.Drift, text string) {
+func (s *Writer) setNotHeld(d limitcheck.Drift, text string) {
 	name := d.Container.Name
 	if d.Pod {
 		name = ""
@@ -221,10 +229,10 @@ func (s *claimStatuses) setNotHeld(d limitcheck.Drift, text string) {
 	}
 }
 
-// offloaded records the offload loop's figures of the claims it drives:
+// Offloaded records the offload loop's figures of the claims it drives:
 // queued for a write the first time, and then at most every
 // offloadStatusPeriod (each write carries the latest).
-func (s *claimStatuses) offloaded(figures []offload.ClaimFigures, interval time.Duration) {
+func (s *Writer) Offloaded(figures []offload.ClaimFigures, interval time.Duration) {
 	now := s.clock.Now()
 	var due []types.UID
 	s.mu.Lock()
@@ -245,6 +253,10 @@ func (s *claimStatuses) offloaded(figures []offload.ClaimFigures, interval time.
 	}
 }
 
+// Stop makes Run return, also before it started; what is queued is not
+// written.
+func (s *Writer) Stop() { s.queue.ShutDown() }
+
 // reaches says whether the claim's results reach the container (any, for
 // the pod's budget: "").
 func reaches(r prepare.ClaimReport, container string) bool {
@@ -256,9 +268,9 @@ func reaches(r prepare.ClaimReport, container string) bool {
 	return false
 }
 
-// unprepared forgets claims (the API server drops the status of a
+// Unprepared forgets claims (the API server drops the status of a
 // deallocated claim).
-func (s *claimStatuses) unprepared(uids []types.UID) {
+func (s *Writer) Unprepared(uids []types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, uid := range uids {
@@ -266,8 +278,8 @@ func (s *claimStatuses) unprepared(uids []types.UID) {
 	}
 }
 
-// run writes queued claims until ctx ends.
-func (s *claimStatuses) run(ctx context.Context) {
+// Run writes queued claims until ctx ends or Stop.
+func (s *Writer) Run(ctx context.Context) {
 	go func() {
 		<-ctx.Done()
 		s.queue.ShutDown()
@@ -286,14 +298,16 @@ func (s *claimStatuses) run(ctx context.Context) {
 			s.queue.AddRateLimited(uid)
 		default:
 			klog.FromContext(ctx).Error(err, "Cannot write the claim's device status", "claimUID", uid)
-			s.metrics.statusFailed()
+			if s.failed != nil {
+				s.failed()
+			}
 			s.queue.Forget(uid)
 		}
 		s.queue.Done(uid)
 	}
 }
 
-func (s *claimStatuses) write(ctx context.Context, uid types.UID) error {
+func (s *Writer) write(ctx context.Context, uid types.UID) error {
 	s.mu.Lock()
 	st, ok := s.claims[uid]
 	var ac *resourceapply.ResourceClaimApplyConfiguration
@@ -325,7 +339,7 @@ func (s *claimStatuses) write(ctx context.Context, uid types.UID) error {
 }
 
 // applyConfiguration is the claim's status.devices entries of the driver.
-func (s *claimStatuses) applyConfiguration(st *claimState) (*resourceapply.ResourceClaimApplyConfiguration, error) {
+func (s *Writer) applyConfiguration(st *claimState) (*resourceapply.ResourceClaimApplyConfiguration, error) {
 	status := resourceapply.ResourceClaimStatus()
 	for _, r := range st.report.Results {
 		data := DeviceStatusData{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "SwapDeviceStatus",
@@ -375,7 +389,7 @@ type conditionValue struct {
 }
 
 // condition says whether the result's limit holds in its containers.
-func (s *claimStatuses) condition(st *claimState, r prepare.ResultReport) conditionValue {
+func (s *Writer) condition(st *claimState, r prepare.ResultReport) conditionValue {
 	if r.AdminAccess {
 		return conditionValue{metav1.ConditionFalse, ReasonAdminAccess,
 			"allocated with admin access, which the scheduler does not charge: no swap is granted"}
