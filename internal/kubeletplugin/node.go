@@ -18,6 +18,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/hookinstall"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
@@ -106,7 +107,7 @@ type hostNode struct {
 	client     kubernetes.Interface
 	driverName string
 	// hook, if set, checks that the hook the plugin installed runs.
-	hook *hookCheck
+	hook *hookinstall.Check
 }
 
 // preparedClaims are the claims prepared on the node (*prepare.Manager).

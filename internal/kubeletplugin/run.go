@@ -28,6 +28,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/hookinstall"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/nri"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
@@ -177,7 +178,7 @@ type Plugin struct {
 	driver      *driver
 	// hook checks that the installed hook runs (nil: the plugin does not
 	// install it).
-	hook *hookCheck
+	hook *hookinstall.Check
 	// failed receives the first fatal background error of the kubelet
 	// plugin helper (driver.fatal); Run stops on it.
 	failed chan error
@@ -206,7 +207,7 @@ func New(ctx context.Context, cfg Config, client kubernetes.Interface) (*Plugin,
 	p.metrics.setKubeletConfigReadable(facts.SwapBehaviorProblem == "")
 	if cfg.InstallHookFrom != "" {
 		p.metrics.enableHookRuns()
-		p.hook = &hookCheck{path: filepath.Join(cfg.Discovery.Root, cfg.HookPath), hostPath: cfg.HookPath, metrics: p.metrics}
+		p.hook = &hookinstall.Check{Path: filepath.Join(cfg.Discovery.Root, cfg.HookPath), HostPath: cfg.HookPath, Runs: p.metrics.setHookRuns}
 	}
 	// What can fail comes first, so that a failing New leaves nothing
 	// running.
@@ -478,7 +479,7 @@ func (p *Plugin) installHook(ctx context.Context) error {
 	}
 	logger := klog.FromContext(ctx)
 	dst := filepath.Join(p.cfg.Discovery.Root, p.cfg.HookPath)
-	installed, err := installHook(p.cfg.InstallHookFrom, dst)
+	installed, err := hookinstall.Install(p.cfg.InstallHookFrom, dst)
 	if err != nil {
 		return fmt.Errorf("install hook %s as %s: %w", p.cfg.InstallHookFrom, dst, err)
 	}

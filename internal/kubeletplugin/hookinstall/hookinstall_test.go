@@ -1,4 +1,4 @@
-package kubeletplugin
+package hookinstall
 
 import (
 	"bytes"
@@ -40,7 +40,7 @@ func TestInstallHook(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "opt", "dra-swap", "bin", "dra-swap-hook")
 	v1 := writeSource(t, src, "v1", script("v1"))
 
-	installed, err := installHook(v1, dst)
+	installed, err := Install(v1, dst)
 	if err != nil || !installed {
 		t.Fatalf("first install = %v, %v", installed, err)
 	}
@@ -55,7 +55,7 @@ func TestInstallHook(t *testing.T) {
 
 	// Identical content is not rewritten: same inode, nothing written.
 	before := inode(t, dst)
-	installed, err = installHook(v1, dst)
+	installed, err = Install(v1, dst)
 	if err != nil || installed {
 		t.Fatalf("install of identical content = %v, %v; want no write", installed, err)
 	}
@@ -67,7 +67,7 @@ func TestInstallHook(t *testing.T) {
 	if err := os.Chmod(dst, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if installed, err := installHook(v1, dst); err != nil || !installed {
+	if installed, err := Install(v1, dst); err != nil || !installed {
 		t.Fatalf("install over a non-executable copy = %v, %v", installed, err)
 	}
 	if info, _ := os.Stat(dst); info.Mode().Perm() != 0o755 {
@@ -77,7 +77,7 @@ func TestInstallHook(t *testing.T) {
 	// Changed content (same size) replaces the file, as a new inode.
 	before = inode(t, dst)
 	v2 := writeSource(t, src, "v2", script("v2"))
-	if installed, err := installHook(v2, dst); err != nil || !installed {
+	if installed, err := Install(v2, dst); err != nil || !installed {
 		t.Fatalf("install of new content = %v, %v", installed, err)
 	}
 	if after := inode(t, dst); after == before {
@@ -110,8 +110,8 @@ func TestInstallHookErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := installHook(tc.src, tc.dst); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("installHook error = %v, want one containing %q", err, tc.want)
+			if _, err := Install(tc.src, tc.dst); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Install error = %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
@@ -130,7 +130,7 @@ func TestInstallHookAtomic(t *testing.T) {
 	// Large enough that a write in place would be seen half done.
 	a, b := bytes.Repeat([]byte("a"), 1<<20), bytes.Repeat([]byte("b"), 1<<20-1)
 	sources := []string{writeSource(t, src, "a", a), writeSource(t, src, "b", b)}
-	if _, err := installHook(sources[0], dst); err != nil {
+	if _, err := Install(sources[0], dst); err != nil {
 		t.Fatal(err)
 	}
 
@@ -151,7 +151,7 @@ func TestInstallHookAtomic(t *testing.T) {
 		}
 	})
 	for i := range 200 {
-		if installed, err := installHook(sources[(i+1)%2], dst); err != nil || !installed {
+		if installed, err := Install(sources[(i+1)%2], dst); err != nil || !installed {
 			t.Errorf("install #%d = %v, %v", i+1, installed, err)
 			break
 		}

@@ -1,4 +1,7 @@
-package kubeletplugin
+// Package hookinstall installs the OCI hook binary where the CDI specs name
+// it (Install), atomically and only when it changed, and checks that it runs
+// there as the runtime will run it (Check).
+package hookinstall
 
 import (
 	"bytes"
@@ -25,7 +28,7 @@ import (
 // hookMode is the installed hook's mode: runc runs it as root.
 const hookMode fs.FileMode = 0o755
 
-// installHook installs the hook binary src at dst, the host path the CDI
+// Install installs the hook binary src at dst, the host path the CDI
 // specs name, and reports whether it wrote anything. The old and the new
 // plugin pod of a rolling update both install at start-up, and runc may
 // start the hook at any moment: so a dst that already has src's content
@@ -33,7 +36,7 @@ const hookMode fs.FileMode = 0o755
 // temporary file in dst's directory, made executable, synced and renamed
 // over dst, and the directory synced. A hook run sees the old binary or
 // the new one, never a partial file, also across a crash.
-func installHook(src, dst string) (installed bool, err error) {
+func Install(src, dst string) (installed bool, err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return false, fmt.Errorf("open hook binary to install: %w", err)
@@ -108,7 +111,7 @@ func digest(r io.Reader) ([]byte, error) {
 // on a 2-core machine; a thrashing node pages it in slowly).
 const hookCheckTimeout = 10 * time.Second
 
-// hookCheck runs the hook the plugin installed, where it installed it, as
+// Check runs the hook the plugin installed, where it installed it, as
 // the runtime will (`dra-swap-hook --version`): a hook directory on a
 // noexec mount, a binary for another architecture or a truncated file
 // fails every container with a swap claim at its start, and the node must
@@ -116,11 +119,12 @@ const hookCheckTimeout = 10 * time.Second
 // start-up and, while the hook does not run, again at each rescan, so that
 // a mount fixed without a restart is noticed; a hook that ran is not run
 // again (on a thrashing node a slow run must not withdraw the offer).
-type hookCheck struct {
-	// path is the hook as the plugin sees it (under the host root),
-	// hostPath as the runtime does (the CDI specs' path).
-	path, hostPath string
-	metrics        *Metrics
+type Check struct {
+	// Path is the hook as the plugin sees it (under the host root),
+	// HostPath as the runtime does (the CDI specs' path).
+	Path, HostPath string
+	// Runs, if set, is told after each check whether the hook ran.
+	Runs func(ran bool)
 
 	mu      sync.Mutex
 	ran     bool
@@ -128,8 +132,8 @@ type hookCheck struct {
 }
 
 // Problem says why the installed hook cannot run ("" when it can),
-// checking it as described on hookCheck.
-func (c *hookCheck) Problem(ctx context.Context) string {
+// checking it as described on Check.
+func (c *Check) Problem(ctx context.Context) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ran {
@@ -137,16 +141,18 @@ func (c *hookCheck) Problem(ctx context.Context) string {
 	}
 	wasProblem := c.problem
 	c.problem = ""
-	if err := runHook(ctx, c.path); err != nil {
-		c.problem = fmt.Sprintf("the hook %s, which the runtime runs for every container with a swap claim, cannot run where the plugin installed it: %v", c.hostPath, err)
+	if err := runHook(ctx, c.Path); err != nil {
+		c.problem = fmt.Sprintf("the hook %s, which the runtime runs for every container with a swap claim, cannot run where the plugin installed it: %v", c.HostPath, err)
 		if c.problem != wasProblem {
-			klog.FromContext(ctx).Error(err, "The installed hook does not run; the node offers no swap until it does", "hook", c.hostPath)
+			klog.FromContext(ctx).Error(err, "The installed hook does not run; the node offers no swap until it does", "hook", c.HostPath)
 		}
 	} else {
 		c.ran = true
-		klog.FromContext(ctx).Info("The installed hook runs", "hook", c.hostPath)
+		klog.FromContext(ctx).Info("The installed hook runs", "hook", c.HostPath)
 	}
-	c.metrics.setHookRuns(c.ran)
+	if c.Runs != nil {
+		c.Runs(c.ran)
+	}
 	return c.problem
 }
 
