@@ -28,6 +28,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/health"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/hookinstall"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/nri"
@@ -351,12 +352,12 @@ func (p *Plugin) Run(ctx context.Context) error {
 	defer cancel(nil)
 	// The probes answer from the start: a slow start-up is no reason to
 	// be killed.
-	probes := newProbes(ctx)
+	probes := health.New(ctx)
 	if p.nri != nil {
-		probes.nri = p.nri.Status
+		probes.NRI = p.nri.Status
 	}
 	if p.cfg.MetricsAddress != "" {
-		stop, err := serveHTTP(ctx, p.cfg.MetricsAddress, p.metrics.Handler(), probes)
+		stop, err := health.Serve(ctx, p.cfg.MetricsAddress, p.metrics.Handler(), probes)
 		if err != nil {
 			return err
 		}
@@ -376,7 +377,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
-	probes.started(helper)
+	probes.Started(helper)
 	// The first sync learns the offer for prepare; the publisher's loop
 	// publishes once this instance holds the publish lock and has read
 	// the published taints.

@@ -1,4 +1,4 @@
-package kubeletplugin
+package health
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func TestReadyz(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newProbes(context.Background())
+			p := New(context.Background())
 			if tc.started {
 				status := func() *registerapi.RegistrationStatus { return tc.status }
 				p.registration.Store(&status)
@@ -54,8 +54,8 @@ func TestReadyz(t *testing.T) {
 }
 
 func TestReadyzWithHelper(t *testing.T) {
-	p := newProbes(context.Background())
-	p.started(&draplugin.Helper{})
+	p := New(context.Background())
+	p.Started(&draplugin.Helper{})
 	if code, body := probe(t, p.readyz); code != 503 || !strings.Contains(body, "not registered") {
 		t.Errorf("readyz before registration: %d %q", code, body)
 	}
@@ -65,7 +65,7 @@ func TestReadyzWithHelper(t *testing.T) {
 // and fails once the main loop stops.
 func TestHealthz(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	p := newProbes(ctx)
+	p := New(ctx)
 	if code, body := probe(t, p.healthz); code != 200 || body != "ok\n" {
 		t.Errorf("healthz while starting = %d %q", code, body)
 	}
@@ -88,9 +88,10 @@ func TestServeHTTP(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	metrics := NewMetrics()
-	metrics.setPrepared(2, 42)
-	stop, err := serveHTTP(ctx, addr, metrics.Handler(), newProbes(ctx))
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "dra_swap_node_swap_allocated_bytes 42\n")
+	})
+	stop, err := Serve(ctx, addr, metrics, New(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestServeHTTP(t *testing.T) {
 			t.Errorf("GET %s = %d %q, want %d %q", path, resp.StatusCode, body, want.code, want.body)
 		}
 	}
-	if _, err := serveHTTP(ctx, addr, metrics.Handler(), newProbes(ctx)); err == nil || !strings.Contains(err.Error(), addr) {
+	if _, err := Serve(ctx, addr, metrics, New(ctx)); err == nil || !strings.Contains(err.Error(), addr) {
 		t.Errorf("second listener on %s: %v", addr, err)
 	}
 	// One caller holds at most httpserver.MaxConnsPerHost connections: the
@@ -127,7 +128,7 @@ func TestServeHTTP(t *testing.T) {
 	}
 	addr = l.Addr().String()
 	l.Close()
-	stop, err = serveHTTP(ctx, addr, metrics.Handler(), newProbes(ctx))
+	stop, err = Serve(ctx, addr, metrics, New(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,6 @@
-package kubeletplugin
+// Package health serves the kubelet plugin's /healthz and /readyz (the
+// DaemonSet's probes, Probes) and its /metrics (Serve).
+package health
 
 import (
 	"context"
@@ -14,26 +16,27 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/httpserver"
 )
 
-// probes answer the DaemonSet's probes of the plugin's pod.
-type probes struct {
+// Probes answer the DaemonSet's probes of the plugin's pod.
+type Probes struct {
 	// main is Run's main context: canceled when the plugin stops, on a
 	// signal or a fatal error.
 	main context.Context
 	// registration reports the kubelet's answer to the plugin's
 	// registration; nil until the kubelet plugin helper has started.
 	registration atomic.Pointer[func() *registerapi.RegistrationStatus]
-	// nri, if set, says whether the NRI plugin guards the limits; /readyz
+	// NRI, if set, says whether the NRI plugin guards the limits; /readyz
 	// prints it (it does not decide readiness: without NRI the CDI hook
 	// and the verifier still hold the limits).
-	nri func() string
+	NRI func() string
 }
 
-func newProbes(main context.Context) *probes {
-	return &probes{main: main}
+// New returns the probes of the plugin whose main context is main.
+func New(main context.Context) *Probes {
+	return &Probes{main: main}
 }
 
-// started hands the probes the helper once it runs.
-func (p *probes) started(helper *draplugin.Helper) {
+// Started hands the probes the helper once it runs.
+func (p *Probes) Started(helper *draplugin.Helper) {
 	status := helper.RegistrationStatus
 	p.registration.Store(&status)
 }
@@ -42,7 +45,7 @@ func (p *probes) started(helper *draplugin.Helper) {
 // Run's main loop runs, failing once it stops. It does not depend on the
 // kubelet's registration, so that a kubelet that is restarting, or has
 // not yet picked up the socket, does not get the plugin killed.
-func (p *probes) healthz(w http.ResponseWriter, _ *http.Request) {
+func (p *Probes) healthz(w http.ResponseWriter, _ *http.Request) {
 	if err := context.Cause(p.main); err != nil {
 		http.Error(w, "the plugin is stopping: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -53,7 +56,7 @@ func (p *probes) healthz(w http.ResponseWriter, _ *http.Request) {
 // readyz answers /readyz: ready once the kubelet has accepted the plugin's
 // registration, so a DaemonSet's readiness probe (and a restart in the e2e
 // tests) can tell when new claims can be prepared.
-func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
+func (p *Probes) readyz(w http.ResponseWriter, _ *http.Request) {
 	registration := p.registration.Load()
 	if registration == nil {
 		http.Error(w, "starting: the kubelet plugin is not running yet", http.StatusServiceUnavailable)
@@ -68,20 +71,20 @@ func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
 	default:
 		fmt.Fprintln(w, "ok")
 		fmt.Fprintln(w, "limits: set by the CDI hook at create, verified on an interval")
-		if p.nri != nil {
-			fmt.Fprintln(w, "nri: "+p.nri())
+		if p.NRI != nil {
+			fmt.Fprintln(w, "nri: "+p.NRI())
 		} else {
 			fmt.Fprintln(w, "nri: off (--nri-socket is empty)")
 		}
 	}
 }
 
-// serveHTTP serves /metrics, /readyz and /healthz on addr until the
+// Serve serves /metrics, /readyz and /healthz on addr until the
 // returned stop is called, within internal/httpserver's deadlines and
 // connection bounds: every plugin pod's address is listed by the metrics
 // Service, and whoever reaches it must not hold its memory (128 MiB) with
 // idle or slow connections.
-func serveHTTP(ctx context.Context, addr string, metrics http.Handler, p *probes) (stop func(), err error) {
+func Serve(ctx context.Context, addr string, metrics http.Handler, p *Probes) (stop func(), err error) {
 	l, err := httpserver.Listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics and probes on %s: %w", addr, err)
