@@ -18,10 +18,10 @@ VERSION_LDFLAGS := -X github.com/dra-driver-swap/dra-driver-swap/internal/versio
 	-X github.com/dra-driver-swap/dra-driver-swap/internal/version.revision=$(REVISION)
 
 GO_PACKAGES := ./api/... ./cmd/... ./internal/... ./test/monitoring/... ./test/docs/... ./test/manifest/... ./test/e2e/cluster/... ./test/e2e/conformance/...
-# The image builder, dra-swap-images: a module of its own (go-containerregistry
-# and docker/cli stay out of the driver's go.mod); its unit tests run beside
-# the driver's.
-IMAGES_MODULE := test/tools/images
+# The image and release builder, dra-swap-images: a package of the tools
+# module (tools/; go-containerregistry and docker/cli stay out of the
+# driver's go.mod); its unit tests, vet and lint run beside the driver's.
+IMAGE_TOOL := tools/images
 # Every Go build of this module but the race unit tests uses one build
 # configuration, static and path-free like the images' binaries, so that a
 # cold `make test` compiles the dependencies twice (this and -race), not four
@@ -37,11 +37,11 @@ build:
 	@mkdir -p $(OUT_DIR)
 	$(NOCGO) $(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(OUT_DIR)/ $(addprefix ./cmd/,$(COMMANDS))
 
-## image-tool: dra-swap-images (test/tools/images), which builds, pushes
+## image-tool: dra-swap-images (tools/images), which builds, pushes
 ## and serves the images.
 image-tool:
 	@mkdir -p $(OUT_DIR)
-	cd $(IMAGES_MODULE) && $(NOCGO) $(GO) build -o $(abspath $(OUT_DIR))/dra-swap-images .
+	cd $(IMAGE_TOOL) && $(NOCGO) $(GO) build -o $(abspath $(OUT_DIR))/dra-swap-images .
 
 ## images: the driver's image dra-driver-swap:$(VERSION) and the e2e tests'
 ## images (pause:3.10, swap-workload:v1), as an OCI image layout in
@@ -91,35 +91,35 @@ fmt-check:
 ## contract depends on nothing internal, the hook on no k8s.io package).
 verify: fmt-check lint
 	$(NOCGO) $(GO) vet ./...
-	cd $(IMAGES_MODULE) && $(NOCGO) $(GO) vet ./...
+	cd $(IMAGE_TOOL) && $(NOCGO) $(GO) vet ./...
 	hack/check-modules.sh
 	$(NOCGO) $(GO) test -count=1 ./test/layers/
 
 ## lint: golangci-lint with logcheck compiled in (.golangci.yml says which
-## linters and why) on the driver's module and the image builder's; built
-## from test/tools/lint (hack/build-tools.sh golangci-lint).
+## linters and why) on the driver's module and the image builder; built
+## from tools/lint (hack/build-tools.sh golangci-lint).
 lint:
 	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh golangci-lint
 	$(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
-	cd $(IMAGES_MODULE) && $(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
+	cd $(IMAGE_TOOL) && $(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
 
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:
 	$(UNIT) -count=1 $(GO_PACKAGES)
-	cd $(IMAGES_MODULE) && $(UNIT) -count=1 ./...
+	cd $(IMAGE_TOOL) && $(UNIT) -count=1 ./...
 
 ## unit-compile: the unit tests compiled and linked into UNIT_BIN, not run
 ## (make test compiles them at idle priority while the e2e legs run).
 unit-compile:
 	@if [ -z "$(UNIT_BIN)" ]; then echo "make unit-compile needs UNIT_BIN=DIR" >&2; exit 1; fi
 	$(UNIT) -c -o $(abspath $(UNIT_BIN))/ $(GO_PACKAGES)
-	cd $(IMAGES_MODULE) && $(UNIT) -c -o $(abspath $(UNIT_BIN))/ ./...
+	cd $(IMAGE_TOOL) && $(UNIT) -c -o $(abspath $(UNIT_BIN))/ ./...
 
 deps:
 	hack/install-deps.sh etcd-server
 
 ## k8s-binaries, helm: kube-apiserver, and the helm v4 CLI, from the tools
-## module (test/tools; hack/build-tools.sh).
+## module (tools/; hack/build-tools.sh).
 k8s-binaries:
 	OUT_DIR=$(OUT_DIR) KUBE_VERSION=$(KUBE_VERSION) hack/build-tools.sh kube-apiserver
 
@@ -175,7 +175,7 @@ e2e-cluster:
 	hack/e2e-cluster.sh
 
 ## e2e-crio: the v2 node's tests on its second configuration, CRI-O (built
-## from test/tools/crio) with Debian's crun, NRI on: the guest phase of
+## from tools/crio) with Debian's crun, NRI on: the guest phase of
 ## hack/e2e-cluster.sh with GUEST_RUNTIME=crio. Not part of make test (its
 ## time is in docs/development.md); run it before a change to the node path.
 e2e-crio:
@@ -197,14 +197,14 @@ conformance-docs:
 	UPDATE_GOLDEN=1 $(NOCGO) $(GO) test -count=1 -run '^TestConformanceList$$' ./test/docs/
 
 ## monitoring-check: every expression of the chart's PrometheusRule and
-## dashboard through Prometheus's PromQL engine (test/tools/promql, a module
+## dashboard through Prometheus's PromQL engine (tools/promql, a module
 ## of its own) over series that the e2e test TestScrapeForRules scraped from
 ## both components (E2E_SCRAPE_OUT): SCRAPED=<that file>, or the committed
-## capture test/tools/promql/testdata/scraped.prom.
+## capture tools/promql/testdata/scraped.prom.
 .PHONY: monitoring-check
 monitoring-check:
-	@test -n "$(SCRAPED)" || { echo "monitoring-check: set SCRAPED to a file of scraped series (E2E_SCRAPE_OUT of the e2e run, or test/tools/promql/testdata/scraped.prom)" >&2; exit 1; }
-	cd test/tools/promql && SCRAPED=$(abspath $(SCRAPED)) $(NOCGO) $(GO) test -count=1 -v . 2>&1 | grep -E '^(--- |PASS|FAIL|ok|panic)|would fire|_test.go:[0-9]+: [^ ]+: ' ; exit $${PIPESTATUS[0]}
+	@test -n "$(SCRAPED)" || { echo "monitoring-check: set SCRAPED to a file of scraped series (E2E_SCRAPE_OUT of the e2e run, or tools/promql/testdata/scraped.prom)" >&2; exit 1; }
+	cd tools/promql && SCRAPED=$(abspath $(SCRAPED)) $(NOCGO) $(GO) test -count=1 -v . 2>&1 | grep -E '^(--- |PASS|FAIL|ok|panic)|would fire|_test.go:[0-9]+: [^ ]+: ' ; exit $${PIPESTATUS[0]}
 
 ## demo: bring up the local cluster with the driver and show swap limits applied.
 demo:

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds the commands of the tools module (test/tools) that the integration
+# Builds the commands of the tools module (tools/) that the integration
 # and end-to-end tests and `make release` run: real Kubernetes components,
 # the helm v4 CLI, cyclonedx-gomod (the release's SBOMs), helm-docs (the
 # chart's README) and helm-values-schema-json (its values.schema.json), from
 # source, in one go build; and golangci-lint with
-# logcheck compiled in (`make lint`), from the lint module (test/tools/lint).
+# logcheck compiled in (`make lint`), from the lint module (tools/lint).
 #
 # Usage: hack/build-tools.sh [COMMAND...]
 #   COMMAND is one of kube-apiserver, kube-scheduler, kube-controller-manager,
@@ -20,20 +20,20 @@
 # Environment:
 #   OUT_DIR       where binaries go (default: <repo>/_output/bin)
 #   KUBE_VERSION  Kubernetes version to build (default: v1.37.1). It must match
-#                 the k8s.io/kubernetes version that test/tools/go.mod requires:
-#                 to build another version, edit test/tools/go.mod (the
+#                 the k8s.io/kubernetes version that tools/go.mod requires:
+#                 to build another version, edit tools/go.mod (the
 #                 k8s.io/kubernetes require and every k8s.io/* staging replace,
-#                 v1.X.Y -> v0.X.Y) and run `go mod tidy` in test/tools.
+#                 v1.X.Y -> v0.X.Y) and run `go mod tidy` in tools/.
 #   GO            go command (default: go)
 #   FORCE=1       rebuild even when a binary is up to date
 #
 # A binary is rebuilt only when it is missing or older than its module's
-# go.sum or go.mod (test/tools, or test/tools/lint and golangci-lint's
+# go.sum or go.mod (tools/, or tools/lint and golangci-lint's
 # main.go), like make.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools_dir="${repo_root}/test/tools"
+tools_dir="${repo_root}/tools"
 GO="${GO:-go}"
 KUBE_VERSION="${KUBE_VERSION:-v1.37.1}"
 OUT_DIR="${OUT_DIR:-${repo_root}/_output/bin}"
@@ -60,15 +60,15 @@ required() {
 		$1 == "require" && $2 == m { print $3; exit }
 		$1 == m && $2 ~ /^v/ { print $2; exit }
 	' "${tools_dir}/go.mod")"
-	[[ -n "${version}" ]] || die "test/tools/go.mod does not require $1"
+	[[ -n "${version}" ]] || die "tools/go.mod does not require $1"
 	echo "${version}"
 }
 pinned="$(required k8s.io/kubernetes)"
 if [[ "${pinned}" != "${KUBE_VERSION}" ]]; then
-	die "KUBE_VERSION=${KUBE_VERSION} but test/tools/go.mod pins k8s.io/kubernetes ${pinned}.
-To build ${KUBE_VERSION}, edit test/tools/go.mod: set the k8s.io/kubernetes
+	die "KUBE_VERSION=${KUBE_VERSION} but tools/go.mod pins k8s.io/kubernetes ${pinned}.
+To build ${KUBE_VERSION}, edit tools/go.mod: set the k8s.io/kubernetes
 require to ${KUBE_VERSION} and every k8s.io staging replace to v0.${git_minor}.x,
-then run 'go mod tidy' in test/tools."
+then run 'go mod tidy' in tools/."
 fi
 
 if [[ $# -eq 0 ]]; then
@@ -82,7 +82,7 @@ package_of() {
 	cyclonedx-gomod) echo github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod ;;
 	helm-docs) echo github.com/norwoodj/helm-docs/cmd/helm-docs ;;
 	helm-values-schema-json) echo github.com/losisin/helm-values-schema-json/v2 ;;
-	golangci-lint) echo github.com/dra-driver-swap/dra-driver-swap/test/tools/lint/golangci-lint ;;
+	golangci-lint) echo github.com/dra-driver-swap/dra-driver-swap/tools/lint/golangci-lint ;;
 	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs, helm-values-schema-json or golangci-lint)" ;;
 	esac
 }
@@ -146,7 +146,7 @@ start=${SECONDS}
 # with the driver's (at the same versions, see above) compile once for both.
 tmp="$(mktemp -d "${OUT_DIR}/.build-tools.XXXXXX")"
 trap 'rm -rf "${tmp}"' EXIT
-# One go build per module (golangci-lint's is test/tools/lint).
+# One go build per module (golangci-lint's is tools/lint).
 for mod in "${tools_dir}" "${tools_dir}/lint"; do
 	pkgs=()
 	for cmd in "${todo[@]}"; do

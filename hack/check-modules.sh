@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks that each of the other modules that make test compiles requires
 # the same version as the driver's module of every module whose packages
-# both compile: test/tools (Kubernetes and helm), test/tools/images (the
-# image builder) and test/tools/lint (golangci-lint). The build cache keys a
+# both compile: tools/ (Kubernetes, helm and the image builder) and
+# tools/lint (golangci-lint). The build cache keys a
 # compiled package on its source, so a version that differs compiles that
 # package, and everything above it (client-go, apimachinery, grpc...),
 # twice in a cold make test: minutes on two cores. Part of make verify; the
@@ -14,19 +14,20 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 CGO_ENABLED=0 go list -deps -test -f "$fmt" ./... | sort -u > "$tmp/main"
 # The tools module's commands are the ones its tools.go pins (-e: go list
-# reports importing a command as an error, and lists it all the same).
-read -r -a commands <<<"$(cd test/tools && go list -e -tags tools -f '{{join .Imports " "}}' .)"
-[ "${#commands[@]}" -gt 0 ] || { echo "check-modules: test/tools/tools.go pins no commands" >&2; exit 1; }
-(cd test/tools && CGO_ENABLED=0 go list -deps -f "$fmt" "${commands[@]}") | sort -u > "$tmp/tools"
-(cd test/tools/images && CGO_ENABLED=0 go list -deps -test -f "$fmt" ./...) | sort -u > "$tmp/images"
-(cd test/tools/lint && CGO_ENABLED=0 go list -deps -f "$fmt" ./golangci-lint) | sort -u > "$tmp/lint"
+# reports importing a command as an error, and lists it all the same), and
+# the image builder with its tests.
+read -r -a commands <<<"$(cd tools && go list -e -tags tools -f '{{join .Imports " "}}' .)"
+[ "${#commands[@]}" -gt 0 ] || { echo "check-modules: tools/tools.go pins no commands" >&2; exit 1; }
+(cd tools && CGO_ENABLED=0 go list -deps -f "$fmt" "${commands[@]}" &&
+	CGO_ENABLED=0 go list -deps -test -f "$fmt" ./images/...) | sort -u > "$tmp/tools"
+(cd tools/lint && CGO_ENABLED=0 go list -deps -f "$fmt" ./golangci-lint) | sort -u > "$tmp/lint"
 # MODULE DIR: modules that may differ, each with why. golangci-lint v2.15.0
 # requires logrus v1.10.2; the driver links v1.9.4 (containerd's cgroups
-# and nri), which test/tools shares: one small package compiles twice.
+# and nri), which tools/ shares: one small package compiles twice.
 allowed="lint github.com/sirupsen/logrus"
-dir_of() { if [ "$1" = tools ]; then echo test/tools; else echo "test/tools/$1"; fi; }
+dir_of() { if [ "$1" = tools ]; then echo tools; else echo "tools/$1"; fi; }
 rc=0
-for other in tools images lint; do
+for other in tools lint; do
 	# Lines: import path, main module path and version, other's version.
 	mismatch=$(join "$tmp/main" "$tmp/$other" | awk '$3 != $5 { print $2, $3, $5 }' | sort -u |
 		while read -r mod main theirs; do

@@ -100,7 +100,7 @@ mkdir -p "$(dirname "${RELEASE_DIR}")"
 work="$(mktemp -d)"
 stage="$(mktemp -d "$(dirname "${RELEASE_DIR}")/.release.XXXXXX")"
 trap 'rm -rf "${work}" "${stage}"' EXIT
-(cd test/tools/images && CGO_ENABLED=0 "${GO}" build -trimpath -o "${work}/dra-swap-images" .)
+(cd tools/images && CGO_ENABLED=0 "${GO}" build -trimpath -o "${work}/dra-swap-images" .)
 
 log "building dra-driver-swap:${VERSION} for ${ARCHES} (revision ${REVISION}, SOURCE_DATE_EPOCH ${SOURCE_DATE_EPOCH})"
 layout="${work}/layout"

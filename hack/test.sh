@@ -10,7 +10,7 @@
 #   3. the two-node e2e run and the integration tests one after another, at
 #      normal priority. Beside them, in the CPU time they leave idle
 #      (SCHED_IDLE: the e2e run never waits for it), make verify (go vet,
-#      and golangci-lint: built from test/tools/lint, then run) and the
+#      and golangci-lint: built from tools/lint, then run) and the
 #      compiling of the -race unit tests, the other large compiles of a
 #      cold run;
 #   4. the unit tests, at normal priority (compiled by then: links and runs).
@@ -40,7 +40,7 @@ if [ "${E2E:-}" = skip ]; then
 	rc=0
 	make --no-print-directory verify unit integration || rc=1
 	hack/e2e-cluster.sh
-	make --no-print-directory monitoring-check SCRAPED=test/tools/promql/testdata/scraped.prom || rc=1
+	make --no-print-directory monitoring-check SCRAPED=tools/promql/testdata/scraped.prom || rc=1
 	exit "$rc"
 fi
 
@@ -73,7 +73,7 @@ unit_bin=$(mktemp -d)
 	make --no-print-directory unit-compile UNIT_BIN="$unit_bin" > _output/unit-build.log 2>&1 ||
 		echo "compiling the unit tests failed (make unit says why)" >> _output/unit-build.log
 	echo "unit tests compiled after $((SECONDS - start)) s" >> _output/unit-build.log
-	# What the release test (test/tools/images TestRelease, in the unit tests)
+	# What the release test (tools/images TestRelease, in the unit tests)
 	# builds: the arm64 cross-compile of the driver's packages (into the
 	# build cache; the test links them) and the SBOM tool.
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go build -trimpath -o /dev/null ./cmd/... >> _output/unit-build.log 2>&1 ||
@@ -81,7 +81,7 @@ unit_bin=$(mktemp -d)
 	hack/build-tools.sh cyclonedx-gomod >> _output/unit-build.log 2>&1 ||
 		echo "building cyclonedx-gomod failed (make unit says why)" >> _output/unit-build.log
 	# The PromQL evaluator (a module of its own), compiled, not run.
-	(cd test/tools/promql && CGO_ENABLED=0 GOFLAGS=-trimpath go test -count=1 -run '^$' . >> ../../../_output/unit-build.log 2>&1) ||
+	(cd tools/promql && CGO_ENABLED=0 GOFLAGS=-trimpath go test -count=1 -run '^$' . >> ../../_output/unit-build.log 2>&1) ||
 		echo "compiling the PromQL evaluator failed (make monitoring-check says why)" >> _output/unit-build.log
 	exit "$rc"
 ) &

@@ -25,7 +25,7 @@ func TestRun(t *testing.T) {
 	write(filepath.Join(base, "proc/77/cgroup"), "0::"+group+"\n")
 	write(filepath.Join(base, "cg/cgroup.controllers"), "memory")
 	write(filepath.Join(base, "cg", group, "memory.swap.max"), "0")
-	args := []string{"--swap-limit=1048576", "--claim-uid=00000000-0000-4000-8000-00000000000a",
+	args := []string{"--swap-limit=1048576", "--claim-uid=00000000-0000-4000-8000-00000000000a", "--result-index=0",
 		"--proc-root=" + base + "/proc", "--cgroup-root=" + base + "/cg", "--state-dir=" + base + "/state"}
 
 	var stderr bytes.Buffer

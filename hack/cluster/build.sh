@@ -8,7 +8,7 @@ hack/install-deps.sh etcd-server runc containernetworking-plugins iptables iprou
 # containerd beside Kubernetes: it shares no compiled package with the
 # others (its own module versions, cgo), so the two builds only fill each
 # other's idle CPU (links, narrow stretches of the package graph).
-ctd_src=test/tools/containerd
+ctd_src=tools/containerd
 ctd_pid=""
 mkdir -p "$BIN"
 if [ ! -x "$BIN/containerd" ] || [ "$ctd_src/go.sum" -nt "$BIN/containerd" ]; then
@@ -19,11 +19,11 @@ if [ ! -x "$BIN/containerd" ] || [ "$ctd_src/go.sum" -nt "$BIN/containerd" ]; th
 	ctd_pid=$!
 fi
 # CRI-O (BUILD_CRIO=1: the v2 node's second configuration, make e2e-crio)
-# from test/tools/crio, its own module, beside Kubernetes like containerd:
+# from tools/crio, its own module, beside Kubernetes like containerd:
 # static, without cgo, so without seccomp (CRI-O then applies no seccomp
 # profile) and with the pure-Go OpenPGP; and pinns, the small C program of
 # CRI-O's source that pins pod namespaces, with the host's gcc.
-crio_src=test/tools/crio
+crio_src=tools/crio
 crio_pid=""
 if [ "${BUILD_CRIO:-}" = 1 ] && { [ ! -x "$BIN/crio" ] || [ "$crio_src/go.sum" -nt "$BIN/crio" ]; }; then
 	hack/install-deps.sh gcc libc6-dev

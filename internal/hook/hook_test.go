@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,8 +65,15 @@ func newNode(t testing.TB, version int) *node {
 	return n
 }
 
+// args are the hook's arguments on this node: extra, the node's roots, and
+// --result-index=0 unless extra names a result index or a cleanup (the
+// createRuntime form requires one; most tests have one result per claim).
 func (n *node) args(extra ...string) []string {
-	return append([]string{"--state-dir=" + n.state, "--proc-root=" + n.proc, "--cgroup-root=" + n.cgroup}, extra...)
+	args := append([]string{"--state-dir=" + n.state, "--proc-root=" + n.proc, "--cgroup-root=" + n.cgroup}, extra...)
+	if !slices.ContainsFunc(extra, func(a string) bool { return a == "--cleanup" || strings.HasPrefix(a, "--result-index=") }) {
+		args = append(args, "--result-index=0")
+	}
+	return args
 }
 
 func stateJSON(id string, pid int) string {
@@ -262,7 +270,7 @@ func TestRejectsBadInput(t *testing.T) {
 		{name: "cleanup with pod", args: []string{"--cleanup", "--claim-uid=" + claimA, "--pod-uid=" + claimB}, wantErr: "--cleanup takes no limits"},
 		{name: "unknown flag", args: []string{"--swap-limit=10", "--claim-uid=" + claimA, "--exec=/bin/sh"}, wantErr: "arguments: flag provided but not defined: -exec (unknown to this hook: was the CDI spec written by a newer dra.swap release?)"},
 		{name: "unknown flag in cleanup", args: []string{"--cleanup", "--claim-uid=" + claimA, "--future-knob=1"}, wantErr: "flag provided but not defined: -future-knob (unknown to this hook"},
-		{name: "missing flag value", args: []string{"--swap-limit=10", "--claim-uid"}, wantErr: "arguments: flag needs an argument"},
+		{name: "missing flag value", args: []string{"--swap-limit=10", "--result-index=0", "--claim-uid"}, wantErr: "arguments: flag needs an argument"},
 		{name: "positional", args: []string{"--swap-limit=10", "--claim-uid=" + claimA, "extra"}, wantErr: "unexpected arguments"},
 		{name: "relative state dir", args: []string{"--swap-limit=10", "--claim-uid=" + claimA, "--state-dir=state"}, wantErr: "--state-dir"},
 		{name: "cleanup with limit", args: []string{"--cleanup", "--swap-limit=10", "--claim-uid=" + claimA}, wantErr: "--cleanup takes no limits"},

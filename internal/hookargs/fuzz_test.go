@@ -20,12 +20,11 @@ const argSep = "\x00"
 
 func FuzzParseArgs(f *testing.F) {
 	for _, args := range [][]string{
-		// createRuntime, as release v0.1.0 writes it (see ParseArgs).
-		{"--swap-limit=314572800", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook"},
-		{"--swap-limit=104857600", "--claim-uid=" + claimB, "--state-dir=/run/dra-swap/hook", "--swap-high=83886080", "--zswap=off", "--swappiness=0"},
-		{"--swap-limit=0", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--zswap=on", "--swappiness=100"},
-		{"--swap-limit=1125899906842624", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--swap-high=1125899906842624"},
-		// createRuntime, with the flags release v0.2.0 adds.
+		// createRuntime, as release 0.2.0 writes it (see ParseArgs).
+		{"--swap-limit=314572800", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--result-index=0"},
+		{"--swap-limit=104857600", "--claim-uid=" + claimB, "--state-dir=/run/dra-swap/hook", "--swap-high=83886080", "--zswap=off", "--swappiness=0", "--result-index=1"},
+		{"--swap-limit=0", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--zswap=on", "--swappiness=100", "--result-index=0"},
+		{"--swap-limit=1125899906842624", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--swap-high=1125899906842624", "--result-index=0"},
 		{"--swap-limit=1073741824", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook", "--swap-high=858993459", "--zswap=off", "--swappiness=10",
 			"--result-index=0", "--pod-uid=3f2e1d0c-9b8a-4766-8554-433221100fed", "--pod-swap-limit=1610612736"},
 		{"--swap-limit=0", "--claim-uid=" + claimB, "--state-dir=/run/dra-swap/hook", "--result-index=9999"},
@@ -40,7 +39,8 @@ func FuzzParseArgs(f *testing.F) {
 		{"--cleanup", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook"},
 		// The test-only flags, and the separate-value flag syntax.
 		{"-swap-limit", "1048576", "-claim-uid", claimA, "--state-dir", "/run/dra-swap/hook", "--proc-root=/proc", "--cgroup-root=/sys/fs/cgroup"},
-		// Rejected: out of range, unclean paths, limits with --cleanup.
+		// Rejected: no result index, out of range, unclean paths, limits with --cleanup.
+		{"--swap-limit=1", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook"},
 		{"--swap-limit=4611686018427387905", "--claim-uid=" + claimA},
 		{"--swap-limit=100", "--swap-high=101", "--claim-uid=" + claimA},
 		{"--swap-limit=-1", "--claim-uid=" + claimA},
@@ -126,10 +126,7 @@ func FuzzFormatArgs(f *testing.F) {
 		}
 		req := Request{Cleanup: true, ClaimUID: claimA, ResultIndex: -1}
 		if !cleanup {
-			req = Request{ClaimUID: claimB, ResultIndex: int(index)%(limits.MaxResultIndex+2) - 1}
-			if req.ResultIndex < -1 {
-				req.ResultIndex += limits.MaxResultIndex + 2
-			}
+			req = Request{ClaimUID: claimB, ResultIndex: int(inRange(int64(index), limits.MaxResultIndex))}
 			s := &req.Share.Settings
 			s.LimitBytes = inRange(limit, limits.MaxSwapBytes)
 			if high {
@@ -196,7 +193,7 @@ func checkParsedArgs(t *testing.T, args []string, cfg Config, req Request) {
 	if req.PodUID != "" && !limits.IsUID(req.PodUID) {
 		t.Errorf("ParseArgs(%q) accepted pod UID %q", args, req.PodUID)
 	}
-	if req.ResultIndex < -1 || req.ResultIndex > limits.MaxResultIndex {
+	if !req.Cleanup && (req.ResultIndex < 0 || req.ResultIndex > limits.MaxResultIndex) {
 		t.Errorf("ParseArgs(%q) accepted result index %d", args, req.ResultIndex)
 	}
 	s := req.Share

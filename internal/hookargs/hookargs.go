@@ -51,7 +51,7 @@ type Request struct {
 	Cleanup  bool
 	ClaimUID string
 	// ResultIndex is the claim's allocation result whose share this is;
-	// -1 for the whole claim (specs written before v0.2.0).
+	// -1 for a Cleanup, which removes the whole claim's.
 	ResultIndex int
 	// PodUID, if set, is the one pod the claim's swap is granted to: a
 	// container of any other pod is refused.
@@ -74,8 +74,9 @@ func (r Request) ShareKey() string { return hookstate.ShareKey(r.ClaimUID, r.Res
 // contract only ever grows:
 //
 //   - Every argument form that a released spec contains is accepted, with
-//     the same meaning, by every later hook. internal/kubeletplugin/cdi/testdata holds a spec
-//     of each release, and internal/kubeletplugin/cdi's tests feed their arguments to this
+//     the same meaning, by every later hook.
+//     internal/kubeletplugin/cdi/testdata holds a spec of each release, and
+//     internal/kubeletplugin/cdi's tests feed their arguments to this
 //     function.
 //   - New flags may be added. A flag is never removed or renamed, and
 //     never changes its meaning, value format or default.
@@ -86,28 +87,24 @@ func (r Request) ShareKey() string { return hookstate.ShareKey(r.ClaimUID, r.Res
 //     the newer specs of prepared claims failing until they are
 //     unprepared.
 //
-// Forms written by release v0.1.0, as argv after the program name:
+// The forms of release 0.2.0, the first release (none was published
+// before it), as argv after the program name:
 //
 //	createRuntime: --swap-limit=BYTES --claim-uid=UID --state-dir=DIR [--swap-high=BYTES] [--zswap=on|off] [--swappiness=0..100]
+//	               --result-index=N [--pod-uid=UID] [--pod-swap-limit=BYTES] [--zswap-writeback=off] [--offload-max-stall=N]
 //	poststop:      --cleanup --claim-uid=UID --state-dir=DIR
-//
-// Release v0.2.0 writes one CDI device per allocation result and adds, to
-// the createRuntime form:
 //
 //	--result-index=N            the result's index in the claim's allocation (its share is recorded as UID.N)
 //	--pod-uid=UID               the pod the claim is granted to; containers of other pods are refused
 //	--pod-swap-limit=BYTES      the pod's swap budget, when its containers share a claim
-//
-// Release v0.2.0 also adds, to the createRuntime form:
-//
 //	--zswap-writeback=off       cgroup v2 memory.zswap.writeback = 0 (SwapConfig zswap CompressedOnly)
 //	--offload-max-stall=N       the claim's offload budget in hundredths of a percent (1..10000), recorded for the plugin's offload loop
 //
 // --proc-root and --cgroup-root are for tests; specs do not set them.
 //
-// Release v0.2.0 also adds `dra-swap-hook --version` (the only argument),
-// which prints the hook's version for people. No spec writes it:
-// cmd/dra-swap-hook answers it before ParseArgs, which refuses it.
+// `dra-swap-hook --version` (the only argument) prints the hook's version
+// for people. No spec writes it: cmd/dra-swap-hook answers it before
+// ParseArgs, which refuses it.
 func ParseArgs(args []string) (Config, Request, error) {
 	cfg := Config{}
 	var req Request
@@ -155,14 +152,11 @@ func ParseArgs(args []string) (Config, Request, error) {
 		return cfg, req, nil
 	}
 	var err error
-	req.ResultIndex = -1
-	if resultIndex != "" {
-		v, err := parseNumber("--result-index", resultIndex, limits.MaxResultIndex)
-		if err != nil {
-			return cfg, req, err
-		}
-		req.ResultIndex = int(v)
+	v, err := parseNumber("--result-index", resultIndex, limits.MaxResultIndex)
+	if err != nil {
+		return cfg, req, err
 	}
+	req.ResultIndex = int(v)
 	if req.PodUID != "" && !limits.IsUID(req.PodUID) {
 		return cfg, req, fmt.Errorf("--pod-uid %q is not a Kubernetes UID", req.PodUID)
 	}
@@ -217,12 +211,11 @@ func ParseArgs(args []string) (Config, Request, error) {
 }
 
 // FormatArgs writes a request as the hook's arguments (without the program
-// name), in the order and forms that the CDI specs of release v0.2.0 have
+// name), in the order and forms that the CDI specs of release 0.2.0 have
 // (see ParseArgs); --proc-root and --cgroup-root only when they are not
 // the defaults. ParseArgs reads them back to the same cfg and req, for
-// every cfg and req that ParseArgs can return: a request for the whole
-// claim (ResultIndex -1) leaves --result-index out; a Cleanup request has
-// no share.
+// every cfg and req that ParseArgs can return (a Cleanup request has no
+// share and no result index).
 func FormatArgs(cfg Config, req Request) []string {
 	var args []string
 	if req.Cleanup {
@@ -239,9 +232,7 @@ func FormatArgs(cfg Config, req Request) []string {
 		if s.Swappiness != nil {
 			args = append(args, "--swappiness="+strconv.FormatUint(*s.Swappiness, 10))
 		}
-		if req.ResultIndex >= 0 {
-			args = append(args, "--result-index="+strconv.Itoa(req.ResultIndex))
-		}
+		args = append(args, "--result-index="+strconv.Itoa(req.ResultIndex))
 		if req.PodUID != "" {
 			args = append(args, "--pod-uid="+req.PodUID)
 		}

@@ -31,15 +31,7 @@ func TestFormatArgs(t *testing.T) {
 		want []string
 	}{
 		{
-			name: "whole claim, every knob (the form of release v0.1.0)",
-			cfg:  spec,
-			req: Request{ClaimUID: claimA, ResultIndex: -1, Share: share(swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr[int64](858993459),
-				Zswap: swapsettings.ZswapOff, Swappiness: ptr[uint64](10)}, nil)},
-			want: []string{"--swap-limit=1073741824", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook",
-				"--swap-high=858993459", "--zswap=off", "--swappiness=10"},
-		},
-		{
-			name: "one result, granted to a pod with a budget (the form of release v0.2.0)",
+			name: "one result, every knob, granted to a pod with a budget",
 			cfg:  spec,
 			req: Request{ClaimUID: claimA, ResultIndex: 0, PodUID: podUID, Share: share(swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr[int64](858993459),
 				Zswap: swapsettings.ZswapOff, Swappiness: ptr[uint64](10)}, ptr[int64](3<<29))},
@@ -85,8 +77,8 @@ func TestFormatArgs(t *testing.T) {
 		{
 			name: "test-only roots",
 			cfg:  Config{StateDir: "/state", ProcRoot: "/host/proc", CgroupRoot: "/host/cgroup"},
-			req:  Request{ClaimUID: claimA, ResultIndex: -1, Share: share(swapsettings.Settings{LimitBytes: 1}, nil)},
-			want: []string{"--swap-limit=1", "--claim-uid=" + claimA, "--state-dir=/state", "--proc-root=/host/proc", "--cgroup-root=/host/cgroup"},
+			req:  Request{ClaimUID: claimA, ResultIndex: 0, Share: share(swapsettings.Settings{LimitBytes: 1}, nil)},
+			want: []string{"--swap-limit=1", "--claim-uid=" + claimA, "--state-dir=/state", "--result-index=0", "--proc-root=/host/proc", "--cgroup-root=/host/cgroup"},
 		},
 	}
 	for _, tc := range tests {
@@ -103,5 +95,15 @@ func TestFormatArgs(t *testing.T) {
 				t.Errorf("ParseArgs(%q) = %+v, %s; want %+v, %s", args, cfg, showRequest(req), tc.cfg, showRequest(tc.req))
 			}
 		})
+	}
+}
+
+// TestParseArgsRequiresResultIndex: a createRuntime hook names the
+// allocation result it applies; without --result-index it is refused, not
+// taken for the whole claim.
+func TestParseArgsRequiresResultIndex(t *testing.T) {
+	_, _, err := ParseArgs([]string{"--swap-limit=1073741824", "--claim-uid=" + claimA, "--state-dir=/run/dra-swap/hook"})
+	if err == nil || err.Error() != "--result-index is required" {
+		t.Fatalf("ParseArgs without --result-index: %v, want --result-index is required", err)
 	}
 }

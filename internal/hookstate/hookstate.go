@@ -1,15 +1,14 @@
 // Package hookstate is the hook's record of a container on the node: which
 // dra.swap claims it has and what each contributes (one file per share: a
 // claim's allocation result, named by the claim's UID and the result's
-// index, or by the claim's UID alone in specs written before results had
-// devices of their own), and where its cgroup is and whose it is
+// index), and where its cgroup is and whose it is
 // (container.json). The hook writes it at createRuntime and removes it at
 // poststop; the kubelet plugin's verifier and NRI plugin read it to know
 // which containers must hold which limit.
 //
 // Layout under the state directory (a tmpfs, so a reboot clears it):
 //
-//	<state-dir>/<container-id>/<claim-uid>[.<n>] a Share (JSON)
+//	<state-dir>/<container-id>/<claim-uid>.<n>   a Share (JSON)
 //	<state-dir>/<container-id>/container.json   a Container (JSON)
 //	<state-dir>/.lock                           see Lock
 //	<state-dir>/.events/                        package hookrecord
@@ -48,16 +47,13 @@ const (
 	maxFileBytes = 64 << 10
 )
 
-// isShareKey reports whether name names a share file: a claim UID,
-// optionally followed by "." and an allocation result's index (1 to 4
-// digits, so at most limits.MaxResultIndex).
+// isShareKey reports whether name names a share file: a claim UID, "."
+// and an allocation result's index (1 to 4 digits, so at most
+// limits.MaxResultIndex).
 func isShareKey(name string) bool {
 	uid, index, indexed := strings.Cut(name, ".")
-	if !limits.IsUID(uid) {
+	if !limits.IsUID(uid) || !indexed {
 		return false
-	}
-	if !indexed {
-		return true
 	}
 	if len(index) < 1 || len(index) > 4 {
 		return false
@@ -70,13 +66,8 @@ func isShareKey(name string) bool {
 	return true
 }
 
-// ShareKey names the share of one allocation result of a claim; a
-// negative index names the share of the whole claim (the form of specs
-// written before each result had a device of its own).
+// ShareKey names the share of one allocation result of a claim.
 func ShareKey(claimUID string, resultIndex int) string {
-	if resultIndex < 0 {
-		return claimUID
-	}
 	return fmt.Sprintf("%s.%d", claimUID, resultIndex)
 }
 
@@ -175,7 +166,7 @@ func Dir(stateDir, containerID string) (string, error) {
 // (see ShareKey).
 func Record(dir, key string, share Share) error {
 	if !isShareKey(key) {
-		return fmt.Errorf("share %q is not a claim UID with an optional result index", key)
+		return fmt.Errorf("share %q is not a claim UID and a result index", key)
 	}
 	if err := share.Validate(); err != nil {
 		return fmt.Errorf("share %s: %w", key, err)

@@ -84,7 +84,6 @@ func TestShareKey(t *testing.T) {
 		index int
 		want  string
 	}{
-		{-1, claimA},
 		{0, claimA + ".0"},
 		{31, claimA + ".31"},
 		{limits.MaxResultIndex, claimA + ".9999"},
@@ -107,10 +106,10 @@ func TestRecord(t *testing.T) {
 		share   Share
 		wantErr string
 	}{
-		{name: "whole claim", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 300 << 20}}},
+		{name: "claim UID alone", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 300 << 20}}, wantErr: "is not a claim UID"},
 		{name: "one result", key: claimA + ".0", share: Share{Settings: swapsettings.Settings{LimitBytes: 100 << 20, HighBytes: ptr.To[int64](80 << 20), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](0)}, PodLimitBytes: ptr.To[int64](400 << 20)}},
 		{name: "largest", key: claimA + ".9999", share: Share{Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes, HighBytes: ptr.To(limits.MaxSwapBytes), Swappiness: ptr.To[uint64](100)}, PodLimitBytes: ptr.To(limits.MaxSwapBytes)}},
-		{name: "zero", key: claimB, share: Share{}},
+		{name: "zero", key: claimB + ".0", share: Share{}},
 		{name: "empty key", key: "", wantErr: "is not a claim UID"},
 		{name: "path", key: "../" + claimA, wantErr: "is not a claim UID"},
 		{name: "container record", key: ContainerFile, wantErr: "is not a claim UID"},
@@ -118,12 +117,12 @@ func TestRecord(t *testing.T) {
 		{name: "index too large", key: claimA + ".10000", wantErr: "is not a claim UID"},
 		{name: "negative index", key: claimA + ".-1", wantErr: "is not a claim UID"},
 		{name: "suffix", key: claimA + ".json", wantErr: "is not a claim UID"},
-		{name: "negative limit", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: -1}}, wantErr: "swap limit -1 out of range"},
-		{name: "limit too large", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes + 1}}, wantErr: "out of range"},
-		{name: "high above limit", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 10, HighBytes: ptr.To[int64](11)}}, wantErr: "swap high 11 out of range 0..10"},
-		{name: "negative high", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 10, HighBytes: ptr.To[int64](-1)}}, wantErr: "swap high"},
-		{name: "swappiness", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 10, Swappiness: ptr.To[uint64](101)}}, wantErr: "swappiness 101"},
-		{name: "negative pod limit", key: claimA, share: Share{Settings: swapsettings.Settings{LimitBytes: 10}, PodLimitBytes: ptr.To[int64](-1)}, wantErr: "pod swap limit"},
+		{name: "negative limit", key: claimA + ".0", share: Share{Settings: swapsettings.Settings{LimitBytes: -1}}, wantErr: "swap limit -1 out of range"},
+		{name: "limit too large", key: claimA + ".0", share: Share{Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes + 1}}, wantErr: "out of range"},
+		{name: "high above limit", key: claimA + ".0", share: Share{Settings: swapsettings.Settings{LimitBytes: 10, HighBytes: ptr.To[int64](11)}}, wantErr: "swap high 11 out of range 0..10"},
+		{name: "negative high", key: claimA + ".0", share: Share{Settings: swapsettings.Settings{LimitBytes: 10, HighBytes: ptr.To[int64](-1)}}, wantErr: "swap high"},
+		{name: "swappiness", key: claimA + ".0", share: Share{Settings: swapsettings.Settings{LimitBytes: 10, Swappiness: ptr.To[uint64](101)}}, wantErr: "swappiness 101"},
+		{name: "negative pod limit", key: claimA + ".0", share: Share{Settings: swapsettings.Settings{LimitBytes: 10}, PodLimitBytes: ptr.To[int64](-1)}, wantErr: "pod swap limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,10 +174,10 @@ func TestShareFileFormat(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), cid)
-			if err := Record(dir, claimA, tc.share); err != nil {
+			if err := Record(dir, claimA+".0", tc.share); err != nil {
 				t.Fatal(err)
 			}
-			data, err := os.ReadFile(filepath.Join(dir, claimA))
+			data, err := os.ReadFile(filepath.Join(dir, claimA+".0"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +201,7 @@ func TestShareFileFormat(t *testing.T) {
 func TestRecordReplaces(t *testing.T) {
 	dir := t.TempDir()
 	for _, limit := range []int64{300, 100} {
-		if err := Record(dir, claimA, Share{Settings: swapsettings.Settings{LimitBytes: limit}}); err != nil {
+		if err := Record(dir, claimA+".0", Share{Settings: swapsettings.Settings{LimitBytes: limit}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -358,44 +357,44 @@ func TestSum(t *testing.T) {
 		wantErr string
 	}{
 		{name: "no shares", want: Totals{}},
-		{name: "one share", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 300}}},
+		{name: "one share", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{LimitBytes: 300}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: 300}, Shares: 1}},
-		{name: "limits add up", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 300}}, claimB + ".0": {Settings: swapsettings.Settings{LimitBytes: 100}}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 50}}},
+		{name: "limits add up", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{LimitBytes: 300}}, claimB + ".0": {Settings: swapsettings.Settings{LimitBytes: 100}}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 50}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: 450}, Shares: 3}},
-		{name: "swap.high counts the others at their limit", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80)}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 200}}},
+		{name: "swap.high counts the others at their limit", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80)}}, claimB + ".0": {Settings: swapsettings.Settings{LimitBytes: 200}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: 300, HighBytes: ptr.To[int64](280)}, Shares: 2}},
-		{name: "swap.high of every share", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80)}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 200, HighBytes: ptr.To[int64](0)}}},
+		{name: "swap.high of every share", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{LimitBytes: 100, HighBytes: ptr.To[int64](80)}}, claimB + ".0": {Settings: swapsettings.Settings{LimitBytes: 200, HighBytes: ptr.To[int64](0)}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: 300, HighBytes: ptr.To[int64](80)}, Shares: 2}},
-		{name: "zswap off wins, first", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOff}}, claimB: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOn}}},
+		{name: "zswap off wins, first", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOff}}, claimB + ".0": {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOn}}},
 			want: Totals{Container: swapsettings.Settings{Zswap: swapsettings.ZswapOff}, Shares: 2}},
-		{name: "zswap off wins, last", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOn}}, claimB: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOff}}},
+		{name: "zswap off wins, last", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOn}}, claimB + ".0": {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOff}}},
 			want: Totals{Container: swapsettings.Settings{Zswap: swapsettings.ZswapOff}, Shares: 2}},
-		{name: "zswap on when none turns it off", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOn}}, claimB: {}},
+		{name: "zswap on when none turns it off", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{Zswap: swapsettings.ZswapOn}}, claimB + ".0": {}},
 			want: Totals{Container: swapsettings.Settings{Zswap: swapsettings.ZswapOn}, Shares: 2}},
-		{name: "lowest swappiness", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{Swappiness: ptr.To[uint64](60)}}, claimB: {Settings: swapsettings.Settings{Swappiness: ptr.To[uint64](10)}}, claimB + ".2": {}},
+		{name: "lowest swappiness", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{Swappiness: ptr.To[uint64](60)}}, claimB + ".0": {Settings: swapsettings.Settings{Swappiness: ptr.To[uint64](10)}}, claimB + ".2": {}},
 			want: Totals{Container: swapsettings.Settings{Swappiness: ptr.To[uint64](10)}, Shares: 3}},
-		{name: "largest pod limit", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 1}, PodLimitBytes: ptr.To[int64](300)}, claimB: {Settings: swapsettings.Settings{LimitBytes: 2}, PodLimitBytes: ptr.To[int64](100)}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 3}}},
+		{name: "largest pod limit", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{LimitBytes: 1}, PodLimitBytes: ptr.To[int64](300)}, claimB + ".0": {Settings: swapsettings.Settings{LimitBytes: 2}, PodLimitBytes: ptr.To[int64](100)}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 3}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: 6}, PodLimitBytes: ptr.To[int64](300), Shares: 3}},
 		{name: "writeback off if any share turns it off; the lowest offload budget", shares: map[string]Share{
-			claimA: {Settings: swapsettings.Settings{LimitBytes: 1, OffloadMaxStall: ptr.To[int32](50)}},
-			claimB: {Settings: swapsettings.Settings{LimitBytes: 2, ZswapWritebackOff: true, OffloadMaxStall: ptr.To[int32](10)}}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 3}}},
+			claimA + ".0": {Settings: swapsettings.Settings{LimitBytes: 1, OffloadMaxStall: ptr.To[int32](50)}},
+			claimB + ".0": {Settings: swapsettings.Settings{LimitBytes: 2, ZswapWritebackOff: true, OffloadMaxStall: ptr.To[int32](10)}}, claimB + ".1": {Settings: swapsettings.Settings{LimitBytes: 3}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: 6, ZswapWritebackOff: true, OffloadMaxStall: ptr.To[int32](10)}, Shares: 3}},
-		{name: "offload budget 0", files: map[string]string{claimA: `{"swapLimit":1,"offloadMaxStall":0}`}, wantErr: "offload max stall"},
-		{name: "largest sum", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes - 1}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 1}}},
+		{name: "offload budget 0", files: map[string]string{claimA + ".0": `{"swapLimit":1,"offloadMaxStall":0}`}, wantErr: "offload max stall"},
+		{name: "largest sum", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes - 1}}, claimB + ".0": {Settings: swapsettings.Settings{LimitBytes: 1}}},
 			want: Totals{Container: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes}, Shares: 2}},
-		{name: "other files are skipped", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: 7}}},
-			files: map[string]string{ContainerFile: `{"id":"x"}`, ".tmp-123": "{partial", "README": "x", claimB + ".json": "x", claimB + ".10000": "x", strings.ToUpper(claimB): "x"},
+		{name: "other files are skipped", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{LimitBytes: 7}}},
+			files: map[string]string{ContainerFile: `{"id":"x"}`, ".tmp-123": "{partial", "README": "x", claimB + ".json": "x", claimB + ".10000": "x", strings.ToUpper(claimB): "x", claimB: "x"},
 			want:  Totals{Container: swapsettings.Settings{LimitBytes: 7}, Shares: 1}},
-		{name: "sum too large", shares: map[string]Share{claimA: {Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes}}, claimB: {Settings: swapsettings.Settings{LimitBytes: 1}}}, wantErr: "add up to more than"},
-		{name: "malformed share", files: map[string]string{claimA: "{"}, wantErr: "hook state"},
-		{name: "wrong type", files: map[string]string{claimA: `{"swapLimit":"1Gi"}`}, wantErr: "hook state"},
-		{name: "negative limit", files: map[string]string{claimA: `{"swapLimit":-1}`}, wantErr: "out of range"},
-		{name: "limit too large", files: map[string]string{claimA: `{"swapLimit":4611686018427387905}`}, wantErr: "out of range"},
-		{name: "high above limit", files: map[string]string{claimA: `{"swapLimit":1,"swapHigh":2}`}, wantErr: "swap high"},
-		{name: "negative high", files: map[string]string{claimA: `{"swapLimit":1,"swapHigh":-1}`}, wantErr: "swap high"},
-		{name: "swappiness", files: map[string]string{claimA: `{"swapLimit":1,"swappiness":101}`}, wantErr: "swappiness"},
+		{name: "sum too large", shares: map[string]Share{claimA + ".0": {Settings: swapsettings.Settings{LimitBytes: limits.MaxSwapBytes}}, claimB + ".0": {Settings: swapsettings.Settings{LimitBytes: 1}}}, wantErr: "add up to more than"},
+		{name: "malformed share", files: map[string]string{claimA + ".0": "{"}, wantErr: "hook state"},
+		{name: "wrong type", files: map[string]string{claimA + ".0": `{"swapLimit":"1Gi"}`}, wantErr: "hook state"},
+		{name: "negative limit", files: map[string]string{claimA + ".0": `{"swapLimit":-1}`}, wantErr: "out of range"},
+		{name: "limit too large", files: map[string]string{claimA + ".0": `{"swapLimit":4611686018427387905}`}, wantErr: "out of range"},
+		{name: "high above limit", files: map[string]string{claimA + ".0": `{"swapLimit":1,"swapHigh":2}`}, wantErr: "swap high"},
+		{name: "negative high", files: map[string]string{claimA + ".0": `{"swapLimit":1,"swapHigh":-1}`}, wantErr: "swap high"},
+		{name: "swappiness", files: map[string]string{claimA + ".0": `{"swapLimit":1,"swappiness":101}`}, wantErr: "swappiness"},
 		{name: "negative pod limit", files: map[string]string{claimA + ".0": `{"swapLimit":1,"podSwapLimit":-5}`}, wantErr: "pod swap limit"},
-		{name: "oversize share", files: map[string]string{claimA: `{"swapLimit":1}` + strings.Repeat(" ", maxFileBytes)}, wantErr: "larger than"},
+		{name: "oversize share", files: map[string]string{claimA + ".0": `{"swapLimit":1}` + strings.Repeat(" ", maxFileBytes)}, wantErr: "larger than"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -435,7 +434,7 @@ func TestSum(t *testing.T) {
 // results' shares added up; what Sum refuses, ClaimLimits refuses too.
 func TestClaimLimits(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), cid)
-	for key, limit := range map[string]int64{claimA: 300, claimB + ".0": 100, claimB + ".1": 50} {
+	for key, limit := range map[string]int64{claimA + ".0": 300, claimB + ".0": 100, claimB + ".1": 50} {
 		if err := Record(dir, key, Share{Settings: swapsettings.Settings{LimitBytes: limit}}); err != nil {
 			t.Fatal(err)
 		}
@@ -466,7 +465,7 @@ func TestShares(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), cid)
 	a := Share{Settings: swapsettings.Settings{LimitBytes: 100, OffloadMaxStall: ptr.To[int32](50)}}
 	b := Share{Settings: swapsettings.Settings{LimitBytes: 200, ZswapWritebackOff: true}, PodLimitBytes: ptr.To[int64](300)}
-	for key, s := range map[string]Share{claimA: a, claimB + ".1": b} {
+	for key, s := range map[string]Share{claimA + ".0": a, claimB + ".1": b} {
 		if err := Record(dir, key, s); err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +473,7 @@ func TestShares(t *testing.T) {
 	writeFile(t, filepath.Join(dir, ContainerFile), `{"id":"x"}`)
 	writeFile(t, filepath.Join(dir, ".tmp-1"), "{partial")
 	got, err := Shares(dir)
-	if want := map[string]Share{claimA: a, claimB + ".1": b}; err != nil || !reflect.DeepEqual(got, want) {
+	if want := map[string]Share{claimA + ".0": a, claimB + ".1": b}; err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("Shares = %+v, %v; want %+v", got, err, want)
 	}
 	if ClaimOf(claimB+".1") != claimB || ClaimOf(claimA) != claimA {
@@ -519,7 +518,7 @@ func TestRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Record(dir, claimA, Share{Settings: swapsettings.Settings{LimitBytes: 1}}); err != nil {
+	if err := Record(dir, claimA+".0", Share{Settings: swapsettings.Settings{LimitBytes: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := WriteContainer(dir, validContainer()); err != nil {
@@ -527,7 +526,7 @@ func TestRemove(t *testing.T) {
 	}
 	outside := filepath.Join(filepath.Dir(state), "x")
 	writeFile(t, filepath.Join(outside, "keep"), "x")
-	writeFile(t, filepath.Join(state, "other", claimA), "{}")
+	writeFile(t, filepath.Join(state, "other", claimA+".0"), "{}")
 	for _, id := range []string{"", ".", "..", "../x", "other/.."} {
 		if err := Remove(state, id); err == nil {
 			t.Errorf("Remove(%q) succeeded", id)

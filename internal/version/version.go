@@ -3,7 +3,7 @@
 // the Go toolchain that compiled it. It imports the standard library only,
 // so that the OCI hook may link it.
 //
-// The Makefile, test/tools/images and hack/cluster/build.sh link with
+// The Makefile, tools/images and hack/cluster/build.sh link with
 //
 //	-X github.com/dra-driver-swap/dra-driver-swap/internal/version.version=0.2.0
 //	-X github.com/dra-driver-swap/dra-driver-swap/internal/version.revision=<commit>

@@ -49,7 +49,7 @@ type scrapeTarget struct {
 // client-go's series and a prepared claim. With E2E_SCRAPE_OUT set, the
 // series go to that file in the Prometheus text format with the target
 // labels (and up = 1 for each target, Prometheus's own series), for the
-// PromQL evaluation of the chart's rules and dashboard in test/tools/promql
+// PromQL evaluation of the chart's rules and dashboard in tools/promql
 // (make monitoring-check SCRAPED=<file>).
 func TestScrapeForRules(t *testing.T) {
 	c := loadCluster(t, needsOurCluster("scrapes the kubelet plugin over the node's network and writes the series make monitoring-check evaluates"))

@@ -89,8 +89,8 @@ var clusterScopedKinds = []string{"ClusterRole", "ClusterRoleBinding", "DeviceCl
 // from one helper, the version from the chart's appVersion whatever the
 // image's tag or digest, commonLabels and podLabels unable to replace the
 // chart's keys, and the DaemonSet's, Deployment's and PDB's selectors
-// exactly those of chart 0.1.0 (a selector is immutable: another one breaks
-// `helm upgrade`).
+// fixed (a selector is immutable: another one breaks `helm upgrade` from
+// a release that had it).
 func TestChartLabels(t *testing.T) {
 	appVersion := chartAppVersion(t)
 	selector := func(component string) map[string]string {
@@ -127,7 +127,7 @@ func TestChartLabels(t *testing.T) {
 				{"Deployment", "controller", r.deployment.Spec.Selector.MatchLabels, r.deployment.Spec.Template.Labels},
 			} {
 				if !maps.Equal(c.selector, selector(c.component)) {
-					t.Errorf("%s selector %v, want chart 0.1.0's %v", c.what, c.selector, selector(c.component))
+					t.Errorf("%s selector %v, want the fixed %v", c.what, c.selector, selector(c.component))
 				}
 				for k, v := range c.selector {
 					if c.pod[k] != v {
@@ -357,47 +357,6 @@ func checkExtras(t *testing.T, c corev1.Container, pod corev1.PodSpec, env, volu
 	}
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume && m.MountPath == mountPath }) {
 		t.Errorf("%s volumeMounts %v lack %s at %s", c.Name, c.VolumeMounts, volume, mountPath)
-	}
-}
-
-// TestChartReuseValues renders the chart the way `helm upgrade
-// --reuse-values` from a 0.1.0 release does: the old release's values
-// (testdata/values-0.1.0.yaml, 0.1.0's values.yaml) take the place of the
-// chart's defaults, so every key added since is missing. The chart must
-// render the same objects as with its own defaults.
-func TestChartReuseValues(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "dra-driver-swap")
-	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
-		t.Fatal(err)
-	}
-	old, err := os.ReadFile("testdata/values-0.1.0.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "values.yaml"), old, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := runHelm(t, "template", "dra-driver-swap", dir, "--namespace", "dra-swap")
-	if err != nil {
-		t.Fatalf("the chart with 0.1.0's values: %v", err)
-	}
-	for _, err := range strictYAMLErrors(out) {
-		t.Error(err)
-	}
-	reused, err := manifest.Decode(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objects := func(objs []*unstructured.Unstructured) []string {
-		var ids []string
-		for _, u := range objs {
-			ids = append(ids, u.GetKind()+" "+u.GetNamespace()+"/"+u.GetName())
-		}
-		slices.Sort(ids)
-		return ids
-	}
-	if got, want := objects(reused), objects(renderChart(t, "dra-swap").objs); !slices.Equal(got, want) {
-		t.Errorf("with 0.1.0's values the chart renders %q, with its defaults %q", got, want)
 	}
 }
 

@@ -48,7 +48,7 @@ func TestPluginRestoresDriftedLimit(t *testing.T) {
 	h.write(memDir+"/memory.limit_in_bytes", "134217728\n")
 	h.write(memDir+"/memory.memsw.limit_in_bytes", "134217728\n")
 	dir := filepath.Join(cfg.HookStateDir, id)
-	if err := hookstate.Record(dir, claim, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 << 20}}); err != nil {
+	if err := hookstate.Record(dir, hookstate.ShareKey(claim, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 << 20}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := hookstate.WriteContainer(dir, hookstate.Container{ID: id, CgroupVersion: 1, CgroupGroup: group,

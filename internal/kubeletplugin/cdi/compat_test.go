@@ -25,20 +25,18 @@ import (
 // testdata/<release>-spec.json is a spec exactly as that release's writer
 // wrote it (JSON has no comments, so its provenance is recorded here):
 //
-//   - v0.1.0-spec.json: written by Writer.Write of release v0.1.0 for a
-//     claim with every knob set (1Gi, swap high 858993459, zswap off,
-//     swappiness 10, DRA_SWAP_LIMIT_BYTES 1.5Gi) with hook path
-//     /opt/dra-swap/bin/dra-swap-hook and hook state directory
-//     /run/dra-swap/hook (the kubelet plugin's defaults); its one device
-//     is named after the claim.
-//   - v0.2.0-spec.json: written by Writer.Write of release v0.2.0 for
-//     goldenEdits, with the same paths: one device per allocation result,
-//     named <claim UID>-<result index>, granted to one pod with a pod
-//     budget, and an admin-access result.
+//   - v0.2.0-spec.json: written by Writer.Write of release 0.2.0, the
+//     first release (none was published before it), for goldenEdits, with
+//     hook path /opt/dra-swap/bin/dra-swap-hook and hook state directory
+//     /run/dra-swap/hook (the kubelet plugin's defaults): one device per
+//     allocation result, named <claim UID>-<result index>, granted to one
+//     pod with a pod budget, and an admin-access result.
 //
-// A released spec is never edited or removed. When the writer's output
-// changes, TestWriterOutputIsTheNewestGolden fails: add the new output as
-// testdata/<next release>-spec.json and a releasedSpecs entry for it.
+// Until 0.2.0 is released its spec follows the writer (UPDATE_GOLDEN=1
+// rewrites it). A released spec is never edited or removed: once 0.2.0 is
+// out, when the writer's output changes TestWriterOutputIsTheNewestGolden
+// fails; add the new output as testdata/<next release>-spec.json, set
+// newestGoldenVer to it and add a releasedSpecs entry for it.
 
 const (
 	goldenUID       = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
@@ -84,15 +82,6 @@ var releasedSpecs = []struct {
 	file    string
 	devices []releasedDevice
 }{
-	{
-		file: "v0.1.0-spec.json",
-		devices: []releasedDevice{{
-			name:    goldenUID,
-			env:     "DRA_SWAP_LIMIT_BYTES=1610612736",
-			apply:   parsed{cfg: goldenConfig, req: hookargs.Request{ClaimUID: goldenUID, ResultIndex: -1, Share: hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}}}},
-			cleanup: parsed{cfg: goldenConfig, req: hookargs.Request{Cleanup: true, ClaimUID: goldenUID, ResultIndex: -1}},
-		}},
-	},
 	{
 		file: "v0.2.0-spec.json",
 		devices: []releasedDevice{

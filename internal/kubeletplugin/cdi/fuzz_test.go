@@ -111,10 +111,6 @@ func FuzzParseDeviceID(f *testing.F) {
 		// Every accepted ID is the one this package writes for what it
 		// names: no two spellings of one share.
 		switch {
-		case index == -1:
-			if want := parser.QualifiedName(Vendor, Class, claimUID); id != want {
-				t.Fatalf("ParseDeviceID(%q) = %q (v0.1.0 form), which is written %q", id, claimUID, want)
-			}
 		case index >= 0 && index <= limits.MaxResultIndex:
 			if want := DeviceID(claimUID, index); id != want {
 				t.Fatalf("ParseDeviceID(%q) = %q, %d, which is written %q", id, claimUID, index, want)

@@ -42,12 +42,10 @@ func TestReadGivesTheEditsBack(t *testing.T) {
 	}
 }
 
-// TestReadReleasedSpecs: the specs earlier releases wrote read back too,
-// a v0.1.0 spec's only device as result index -1.
+// TestReadReleasedSpecs: the specs of releases (their goldens) read back
+// into the edits they were written from.
 func TestReadReleasedSpecs(t *testing.T) {
-	v010 := ClaimEdits{ClaimUID: goldenUID, Devices: []DeviceEdits{{ResultIndex: -1, EnvLimitBytes: 3 << 29,
-		Settings: swapsettings.Settings{LimitBytes: 1 << 30, HighBytes: ptr.To[int64](858993459), Zswap: swapsettings.ZswapOff, Swappiness: ptr.To[uint64](10)}}}}
-	for file, want := range map[string]ClaimEdits{"v0.1.0-spec.json": v010, "v0.2.0-spec.json": goldenEdits} {
+	for file, want := range map[string]ClaimEdits{"v0.2.0-spec.json": goldenEdits} {
 		t.Run(file, func(t *testing.T) {
 			w, dir := newTestWriter(t)
 			data, err := os.ReadFile(filepath.Join("testdata", file))
@@ -96,6 +94,7 @@ func TestReadRefuses(t *testing.T) {
 		"another kind":             {`{"cdiVersion":"0.5.0","kind":"vendor.example/gpu","devices":[]}`, `kind "vendor.example/gpu"`},
 		"no devices":               {`{"cdiVersion":"0.5.0","kind":"dra.swap/swap","devices":[]}`, "0 devices"},
 		"another claim's device":   {device(other+"-0", "DRA_SWAP_LIMIT_BYTES=1048576", hookArgs), "is not one of claim"},
+		"the claim's UID alone":    {device(uid, "DRA_SWAP_LIMIT_BYTES=1048576", strings.Replace(hookArgs, `,"--result-index=0"`, "", 1)), "is not one of claim"},
 		"unknown variable":         {device(uid+"-0", "PATH=/bin", hookArgs), `"PATH" is not this driver's`},
 		"negative env":             {device(uid+"-0", "DRA_SWAP_LIMIT_BYTES=-1", hookArgs), "is not a byte count"},
 		"hook of another result":   {device(uid+"-1", "DRA_SWAP_LIMIT_BYTES=1048576", hookArgs), "not this device's"},

@@ -106,13 +106,9 @@ func SpecName(claimUID string) string {
 	return cdiapi.GenerateTransientSpecName(Vendor, Class, claimUID)
 }
 
-// DeviceName is the CDI device name of one allocation result of a claim.
-// Release v0.1.0 named a claim's only device after the claim's UID: a
-// negative index gives that name (ParseDeviceID's -1).
+// DeviceName is the CDI device name of one allocation result of a claim:
+// <claim UID>-<result index>.
 func DeviceName(claimUID string, resultIndex int) string {
-	if resultIndex < 0 {
-		return claimUID
-	}
 	return fmt.Sprintf("%s-%d", claimUID, resultIndex)
 }
 
@@ -123,15 +119,11 @@ func DeviceID(claimUID string, resultIndex int) string {
 }
 
 // ParseDeviceID reads a device ID of this driver back into the claim's
-// UID and the result's index (-1 for a release v0.1.0 ID, which named the
-// claim's only device after the claim).
+// UID and the result's index.
 func ParseDeviceID(id string) (claimUID string, resultIndex int, ok bool) {
 	vendor, class, name, err := parser.ParseQualifiedName(id)
 	if err != nil || vendor != Vendor || class != Class {
 		return "", 0, false
-	}
-	if limits.IsUID(name) {
-		return name, -1, true
 	}
 	i := strings.LastIndex(name, "-")
 	if i < 0 {
@@ -244,9 +236,7 @@ func (w *Writer) Write(edits ClaimEdits) error {
 const maxSpecBytes = 1 << 20
 
 // Read reads the claim's spec back into the edits it was written from, as
-// far as the spec holds them: each device's result index (-1 for the
-// only device of a release v0.1.0 spec, named after the claim), admin
-// access, the settings its createRuntime hook applies, its
+// far as the spec holds them: each device's result index, admin access, the settings its createRuntime hook applies, its
 // DRA_SWAP_LIMIT_BYTES (0 for an admin-access device), and the claim's pod
 // and pod budget from the hooks' arguments. Read of what Write wrote gives
 // the edits back. It is what the plugin knows of a claim whose checkpoint

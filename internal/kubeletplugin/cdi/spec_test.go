@@ -171,7 +171,7 @@ func TestParseDeviceID(t *testing.T) {
 	}{
 		{id: DeviceID(uid, 0), uid: uid, index: 0, ok: true},
 		{id: DeviceID(uid, 31), uid: uid, index: 31, ok: true},
-		{id: "dra.swap/swap=" + uid, uid: uid, index: -1, ok: true},
+		{id: "dra.swap/swap=" + uid}, // a claim UID alone names no result
 		{id: "dra.swap/swap=" + uid + "-01"},
 		{id: "dra.swap/swap=" + uid + "-x"},
 		{id: "other.vendor/swap=" + uid + "-0"},

@@ -74,8 +74,7 @@ type ClaimInfo struct {
 // internal/kubeletplugin/prepare.ReconcileSpecs): LimitBytes and the
 // devices' CDIDeviceIDs are the spec's, the rest is unknown. It counts
 // against the offer like any entry, unprepare removes it, and a prepare of
-// its claim confirms it. The format is unchanged by it: older releases
-// read such an entry too.
+// its claim confirms it.
 func (c ClaimInfo) Confirmed() bool { return c.Name != "" }
 
 // PreparedDevice is one device result returned to the kubelet.

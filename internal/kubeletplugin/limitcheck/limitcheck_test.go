@@ -104,7 +104,7 @@ func newNode(t *testing.T, version int, shares ...int64) node {
 		t.Fatal(err)
 	}
 	for i, s := range shares {
-		if err := hookstate.Record(dir, []string{claimA, claimB}[i], hookstate.Share{Settings: swapsettings.Settings{LimitBytes: s}}); err != nil {
+		if err := hookstate.Record(dir, hookstate.ShareKey([]string{claimA, claimB}[i], 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: s}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,7 +247,7 @@ func TestCheckUnknownAndGone(t *testing.T) {
 func TestCheckMalformedRecord(t *testing.T) {
 	n := newNode(t, 2, 64*mi)
 	write(t, n.file, "0\n")
-	write(t, filepath.Join(n.stateDir, ctrID, claimB), "{not json")
+	write(t, filepath.Join(n.stateDir, ctrID, hookstate.ShareKey(claimB, 0)), "{not json")
 	v := &Verifier{StateDir: n.stateDir, CgroupRoot: n.cgroupRoot, Reporter: &fakeReporter{}}
 	got, err := v.Check(context.Background(), ctrID, "test")
 	if got != Failed || err == nil || !strings.Contains(err.Error(), claimB) {
@@ -267,7 +267,7 @@ func TestCheckAllRemovesRecordsOfGoneContainers(t *testing.T) {
 	if err := hookstate.WriteContainer(goneDir, gone); err != nil {
 		t.Fatal(err)
 	}
-	if err := hookstate.Record(goneDir, claimA, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: mi}}); err != nil {
+	if err := hookstate.Record(goneDir, hookstate.ShareKey(claimA, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: mi}}); err != nil {
 		t.Fatal(err)
 	}
 	rep := &fakeReporter{}
@@ -374,7 +374,7 @@ func TestCheckWhileTheHookWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := hookstate.Record(filepath.Join(n.stateDir, ctrID), claimB, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 200 * mi}}); err != nil {
+	if err := hookstate.Record(filepath.Join(n.stateDir, ctrID), hookstate.ShareKey(claimB, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 200 * mi}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := v.Check(ctx, ctrID, "update"); got != Busy || err != nil {
@@ -418,7 +418,7 @@ func TestCheckCrunScope(t *testing.T) {
 			if err := hookstate.WriteContainer(dir, c); err != nil {
 				t.Fatal(err)
 			}
-			if err := hookstate.Record(dir, claimA, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 64 * mi}}); err != nil {
+			if err := hookstate.Record(dir, hookstate.ShareKey(claimA, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 64 * mi}}); err != nil {
 				t.Fatal(err)
 			}
 			scopeFile, subFile := filepath.Join(root, scope, "memory.swap.max"), filepath.Join(root, scope, "container", "memory.swap.max")

@@ -1,6 +1,7 @@
 package nri
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,8 +17,14 @@ const (
 	mi       = int64(1) << 20
 )
 
+// applyHook is a createRuntime hook of the claim's result 0, or of the
+// result that extra names.
 func applyHook(uid string, bytes string, extra ...string) *api.Hook {
-	return &api.Hook{Path: hookPath, Args: append([]string{"dra-swap-hook", "--swap-limit=" + bytes, "--claim-uid=" + uid, "--state-dir=/run/dra-swap/hook"}, extra...)}
+	args := append([]string{"dra-swap-hook", "--swap-limit=" + bytes, "--claim-uid=" + uid, "--state-dir=/run/dra-swap/hook"}, extra...)
+	if !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--result-index=") }) {
+		args = append(args, "--result-index=0")
+	}
+	return &api.Hook{Path: hookPath, Args: args}
 }
 
 func cleanupHook(uid string) *api.Hook {

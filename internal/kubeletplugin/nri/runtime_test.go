@@ -105,7 +105,7 @@ func TestWithTheRuntimeSide(t *testing.T) {
 	if err := hookstate.WriteContainer(ctrDir, hookstate.Container{ID: "ctr", CgroupVersion: 2, CgroupGroup: "/kubepods/pod1/ctr"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := hookstate.Record(ctrDir, uidA, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 * mi}}); err != nil {
+	if err := hookstate.Record(ctrDir, hookstate.ShareKey(uidA, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 * mi}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -282,7 +282,7 @@ func TestCallbacksDoNotWaitForTheLock(t *testing.T) {
 	if err := hookstate.WriteContainer(ctrDir, hookstate.Container{ID: "ctr", CgroupVersion: 2, CgroupGroup: group}); err != nil {
 		t.Fatal(err)
 	}
-	if err := hookstate.Record(ctrDir, uidA, hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 * mi}}); err != nil {
+	if err := hookstate.Record(ctrDir, hookstate.ShareKey(uidA, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 100 * mi}}); err != nil {
 		t.Fatal(err)
 	}
 	swapMax := filepath.Join(cgroupRoot, group, "memory.swap.max")

@@ -362,8 +362,7 @@ func TestPrepareRefusalNamesTheCause(t *testing.T) {
 }
 
 // A prepared claim is answered as recorded, without rewriting its spec:
-// the kubelet may have handed the recorded device IDs to containers (a
-// claim prepared by release v0.1.0 has one device named after the claim).
+// the kubelet may have handed the recorded devices to containers.
 func TestPrepareAnswersAsRecorded(t *testing.T) {
 	e := newEnv(t)
 	ctx := testContext(t)
@@ -372,17 +371,18 @@ func TestPrepareAnswersAsRecorded(t *testing.T) {
 	if err := e.writer.Write(cdi.ClaimEdits{ClaimUID: uidA, Devices: []cdi.DeviceEdits{{ResultIndex: 0, Settings: swapsettings.Settings{LimitBytes: 100 * mi}, EnvLimitBytes: 100 * mi}}}); err != nil {
 		t.Fatal(err)
 	}
-	old := "dra.swap/swap=" + uidA
+	id := cdi.DeviceID(uidA, 0)
+	const recordedPool = "recorded-pool"
 	if err := e.store.Update(func(cp *checkpoint.Checkpoint) error {
 		cp.Claims[claim.UID] = checkpoint.ClaimInfo{Namespace: "ns", Name: "swap", LimitBytes: 100 * mi, EnvLimitBytes: 100 * mi,
-			Devices: []checkpoint.PreparedDevice{{Requests: []string{"swap"}, PoolName: node, DeviceName: "swap", CDIDeviceIDs: []string{old}}}}
+			Devices: []checkpoint.PreparedDevice{{Requests: []string{"swap"}, PoolName: recordedPool, DeviceName: "swap", CDIDeviceIDs: []string{id}}}}
 		return nil
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
 	r := e.m.Prepare(ctx, []*resourceapi.ResourceClaim{claim})[claim.UID]
-	if r.Err != nil || len(r.Devices) != 1 || !slices.Equal(r.Devices[0].CDIDeviceIDs, []string{old}) {
-		t.Fatalf("prepare = %+v, want the recorded v0.1.0 device", r)
+	if r.Err != nil || len(r.Devices) != 1 || r.Devices[0].PoolName != recordedPool || !slices.Equal(r.Devices[0].CDIDeviceIDs, []string{id}) {
+		t.Fatalf("prepare = %+v, want the recorded device of pool %s", r, recordedPool)
 	}
 }
 

@@ -124,8 +124,8 @@ type share struct {
 	claim string // the ResourceClaim's name
 	index int    // the result's index in the allocation
 	// request is the claim's request the result belongs to; "" when not
-	// known (a claim prepared by an earlier call of release v0.1.0, whose
-	// only device stands for the whole claim).
+	// known (a recorded claim counted as a whole, or a recorded device of
+	// several requests: see recordedShares).
 	request    string
 	limitBytes int64
 }
@@ -177,7 +177,7 @@ func recordedShares(uid types.UID, c checkpoint.ClaimInfo) []share {
 }
 
 // resultIndexOf reads the result index out of the claim's CDI device ID;
-// -1 for a v0.1.0 ID, which names the whole claim.
+// -1 when none of the IDs is one of the claim's.
 func resultIndexOf(uid types.UID, ids []string) int {
 	for _, id := range ids {
 		if claim, index, ok := cdi.ParseDeviceID(id); ok && claim == string(uid) {

@@ -43,10 +43,9 @@ type Cluster interface {
 }
 
 // MaxClaimReads bounds the claims one ReconcileSpecs pass reads from the
-// API server. A spec of this release names its pod, so its claim is found
-// among that pod's claims (one read for a pod with one claim); only specs
-// without a pod (admin access only, or a v0.1.0 spec) search every pod's
-// claims. A claim read once is not read again in the pass. Specs that
+// API server. A spec names its pod, so its claim is found among that
+// pod's claims (one read for a pod with one claim); only specs without a
+// pod (admin access only) search every pod's claims. A claim read once is not read again in the pass. Specs that
 // the bound leaves unresolved are kept, and the next pass goes on.
 const MaxClaimReads = 1000
 

@@ -25,14 +25,12 @@ one (namespaceOverride, else the release's). */}}
 {{/* The components' ServiceAccount names: the given name, else the
 generated one (also when serviceAccount.create is false: the chart then
 expects an account of that name). RBAC bindings and the admission policies'
-username matches use these. Keys added after 0.1.0 are read so that a
-release installed by 0.1.0 and upgraded with --reuse-values (which keeps
-the old values, without the new defaults) renders as with the defaults. */}}
+username matches use these. */}}
 {{- define "dra-swap.pluginServiceAccount" -}}
-{{- default (include "dra-swap.plugin" .) (dig "serviceAccount" "name" "" .Values.kubeletPlugin) -}}
+{{- default (include "dra-swap.plugin" .) .Values.kubeletPlugin.serviceAccount.name -}}
 {{- end -}}
 {{- define "dra-swap.controllerServiceAccount" -}}
-{{- default (include "dra-swap.controller" .) (dig "serviceAccount" "name" "" .Values.controller) -}}
+{{- default (include "dra-swap.controller" .) .Values.controller.serviceAccount.name -}}
 {{- end -}}
 {{- define "dra-swap.webhookSecret" -}}
 {{- if eq .Values.controller.webhook.tls.mode "secret" -}}
@@ -191,10 +189,6 @@ TopologyKeys and the allowlist), as a CEL list. */}}
 {{ toJson $keys }}
 {{- end -}}
 
-{{/* `helm test`'s objects: its name (its ServiceAccount, RBAC, claim
-template and pod), and its values over their defaults (a release
-installed by 0.1.0 and upgraded with --reuse-values has none). */}}
+{{/* The name of `helm test`'s objects (its ServiceAccount, RBAC, claim
+template and pod). */}}
 {{- define "dra-swap.helmTest" -}}{{ include "dra-swap.fullname" . | trunc 58 | trimSuffix "-" }}-test{{- end -}}
-{{- define "dra-swap.helmTestValues" -}}
-{{- mergeOverwrite (dict "enabled" true "swapRequest" "1Mi" "nodeSelector" "" "maxNodes" 20 "timeout" "3m") (deepCopy (.Values.helmTest | default dict)) | toJson -}}
-{{- end -}}

@@ -1,4 +1,13 @@
-module github.com/dra-driver-swap/dra-driver-swap/test/tools/promql
+// Module promql evaluates the chart's alert rules and dashboard with
+// Prometheus's PromQL engine (make monitoring-check). It is apart from the
+// tools module (tools/) because github.com/prometheus/prometheus v0.316.0
+// would raise 49 of that module's requirements, among them what
+// Kubernetes, helm and the driver compile: prometheus/client_golang
+// v1.24.0 to v1.25.0, prometheus/common v0.70.0 to v0.72.1, grpc v1.83.1
+// to v1.84.0, otel v1.45.0 to v1.47.0, golang.org/x/net v0.60.0 to v0.61.0
+// (measured with go get in a copy of tools/): hack/check-modules.sh would
+// fail, or the driver would have to follow Prometheus's versions.
+module github.com/dra-driver-swap/dra-driver-swap/tools/promql
 
 go 1.26.7
 

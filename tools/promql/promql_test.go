@@ -40,7 +40,7 @@ import (
 
 // files are the chart's monitoring artifacts, relative to this package.
 var (
-	chartFiles    = filepath.Join("..", "..", "..", "deployments", "helm", "dra-driver-swap", "files")
+	chartFiles    = filepath.Join("..", "..", "deployments", "helm", "dra-driver-swap", "files")
 	rulesFile     = filepath.Join(chartFiles, "prometheusrule.yaml")
 	dashboardFile = filepath.Join(chartFiles, "grafana-dashboard.json")
 )
@@ -96,7 +96,7 @@ type query struct {
 func TestRulesAndDashboardOverScrapedSeries(t *testing.T) {
 	path := os.Getenv("SCRAPED")
 	if path == "" {
-		t.Fatal("SCRAPED is not set: name a file of series in the Prometheus text format, written by the e2e test TestScrapeForRules (E2E_SCRAPE_OUT), e.g. make monitoring-check SCRAPED=test/tools/promql/testdata/scraped.prom")
+		t.Fatal("SCRAPED is not set: name a file of series in the Prometheus text format, written by the e2e test TestScrapeForRules (E2E_SCRAPE_OUT), e.g. make monitoring-check SCRAPED=tools/promql/testdata/scraped.prom")
 	}
 	db, index, err := load(path)
 	if err != nil {

@@ -372,10 +372,10 @@ func runRelease(ctx context.Context, t *testing.T, root, dir, registry string, e
 	return stdout.String()
 }
 
-// repoRoot is the repository's root, three levels above this package.
+// repoRoot is the repository's root, two levels above this package.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,11 @@ func TestModuleRoot(t *testing.T) {
 		}
 	}
 	writeGoMod(repo, modulePath)
-	nested := filepath.Join(repo, "test", "tools", "images")
-	writeGoMod(nested, modulePath+"/test/tools/images")
+	writeGoMod(filepath.Join(repo, "tools"), modulePath+"/tools")
+	nested := filepath.Join(repo, "tools", "images")
+	if err := os.MkdirAll(nested, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	deep := filepath.Join(repo, "cmd", "dra-swap-hook")
 	if err := os.MkdirAll(deep, 0o755); err != nil {
 		t.Fatal(err)

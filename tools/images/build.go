@@ -482,8 +482,8 @@ func compile(ctx context.Context, dir, arch, ldflags string, pkgs []string, stde
 
 // moduleRoot is the root of the dra-driver-swap module that holds dir: the
 // nearest directory at or above dir whose go.mod declares modulePath. It
-// looks past the go.mod of nested modules (this command's own,
-// test/tools/images), so it runs from anywhere in the repository.
+// looks past the go.mod of nested modules (this command's own, tools/), so
+// it runs from anywhere in the repository.
 func moduleRoot(dir string) (string, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {

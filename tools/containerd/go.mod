@@ -1,6 +1,11 @@
 // Module containerd builds the container runtime that the end-to-end
-// cluster runs, from source (no prebuilt downloads).
-module github.com/dra-driver-swap/dra-driver-swap/test/tools/containerd
+// cluster runs, from source (no prebuilt downloads), with the dependency
+// versions of its release. It is apart from the tools module (tools/)
+// because there the tools' newer requirements would raise 51 of
+// containerd v2.2.1's (k8s.io/cri-api v0.34.1 to v0.37.1, grpc v1.76.0 to
+// v1.83.1, ttrpc, otel...): the tests would run a containerd no release
+// is built as (measured with go get in a copy of tools/).
+module github.com/dra-driver-swap/dra-driver-swap/tools/containerd
 
 go 1.26.0
 

@@ -1,4 +1,4 @@
-// Command golangci-lint is golangci-lint (the version test/tools/lint/go.mod
+// Command golangci-lint is golangci-lint (the version tools/lint/go.mod
 // requires) with logcheck (sigs.k8s.io/logtools) compiled in as a module
 // plugin, as `golangci-lint custom` would build it, without that command's
 // git clone: one binary and one load of the packages for both linters.

@@ -1,12 +1,14 @@
 // Module lint builds the linter of `make lint`: golangci-lint with logcheck
-// compiled in (./golangci-lint; hack/build-tools.sh golangci-lint). It is a
-// module of its own because golangci-lint's requirements would move
-// golang.org/x/tools, x/net, x/mod, otelhttp and others that Kubernetes and
-// helm compile with in test/tools. For every package it shares with the
-// driver's module it requires the driver's version (hack/check-modules.sh),
-// so that a cold make test compiles it once; the prometheus, zap, pflag and
-// x/text requires below are raised for that.
-module github.com/dra-driver-swap/dra-driver-swap/test/tools/lint
+// compiled in (./golangci-lint; hack/build-tools.sh golangci-lint). It is
+// apart from the tools module (tools/) because golangci-lint v2.15.0's
+// requirements would raise there what Kubernetes, helm and the driver
+// compile: golang.org/x/net v0.60.0 to v0.61.0, x/tools v0.51.0 to v0.52.0,
+// x/mod, logrus v1.9.4 to v1.10.2 and seven others (measured with go get in
+// a copy of tools/). For every package it shares with the driver's module
+// it requires the driver's version (hack/check-modules.sh), so that a cold
+// make test compiles it once; the prometheus, zap, pflag and x/text
+// requires below are raised for that.
+module github.com/dra-driver-swap/dra-driver-swap/tools/lint
 
 go 1.26.0
 

@@ -1,20 +1,28 @@
-// Module tools builds the real Kubernetes components that the integration and
-// end-to-end tests run against, and the helm v4 CLI that installs the driver
-// in them (hack/build-tools.sh). It is separate from the driver's module so
-// that k8s.io/kubernetes, its staging replaces and helm's dependencies never
-// leak into it; for every package both modules compile it requires the same
-// version as the driver's module (hack/check-modules.sh), so that a cold
-// build compiles them once.
-module github.com/dra-driver-swap/dra-driver-swap/test/tools
+// Module tools builds what builds and tests the driver but is not the
+// driver: the real Kubernetes components that the integration and
+// end-to-end tests run against, the helm v4 CLI that installs the driver in
+// them, helm-docs and helm-values-schema-json (the chart's README and
+// schema) and cyclonedx-gomod (the release's SBOMs), pinned in tools.go
+// and built by hack/build-tools.sh; and dra-swap-images (./images), which
+// builds the images and the release and serves the tests' registry. It is
+// separate from the driver's module so that k8s.io/kubernetes, its staging
+// replaces, helm's dependencies, go-containerregistry and docker/cli never
+// leak into it; for every package both modules compile it requires the
+// same version as the driver's module (hack/check-modules.sh), so that a
+// cold build compiles them once. The other modules under tools/ say in
+// their go.mod why they are apart.
+module github.com/dra-driver-swap/dra-driver-swap/tools
 
 go 1.26.0
 
 require (
 	github.com/CycloneDX/cyclonedx-gomod v1.10.0
+	github.com/google/go-containerregistry v0.22.1
 	github.com/losisin/helm-values-schema-json/v2 v2.3.0
 	github.com/norwoodj/helm-docs v1.14.2
 	helm.sh/helm/v4 v4.3.1
 	k8s.io/kubernetes v1.37.1
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -50,11 +58,13 @@ require (
 	github.com/coreos/go-oidc v2.5.0+incompatible // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
-	github.com/cpuguy83/go-md2man/v2 v2.0.6 // indirect
+	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/dgryski/go-minhash v0.0.0-20170608043002-7fe510aff544 // indirect
 	github.com/distribution/reference v0.6.0 // indirect
+	github.com/docker/cli v29.7.2+incompatible // indirect
+	github.com/docker/docker-credential-helpers v0.9.5 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/dylibso/observe-sdk/go v0.0.0-20240819160327-2d926c5d788a // indirect
 	github.com/ekzhu/minhash-lsh v0.0.0-20171225071031-5c06ee8586a1 // indirect
@@ -120,6 +130,7 @@ require (
 	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kevinburke/ssh_config v1.2.0 // indirect
+	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/knadh/koanf/maps v0.1.2 // indirect
 	github.com/knadh/koanf/providers/file v1.2.0 // indirect
 	github.com/knadh/koanf/providers/posflag v1.0.1 // indirect
@@ -234,6 +245,7 @@ require (
 	gopkg.in/neurosnap/sentences.v1 v1.0.6 // indirect
 	gopkg.in/warnings.v0 v0.1.2 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
+	gotest.tools/v3 v3.5.2 // indirect
 	helm.sh/helm/v3 v3.15.2 // indirect
 	k8s.io/api v0.37.1 // indirect
 	k8s.io/apiextensions-apiserver v0.37.1 // indirect
@@ -276,7 +288,6 @@ require (
 	sigs.k8s.io/kustomize/kyaml v0.21.2 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace (

@@ -1,7 +1,12 @@
 // Module crio builds CRI-O, the second container runtime that the
 // end-to-end cluster's cgroup v2 node runs, from source (no prebuilt
-// downloads), with the dependency versions of its release.
-module github.com/dra-driver-swap/dra-driver-swap/test/tools/crio
+// downloads), with the dependency versions of its release. It is apart
+// from the tools module (tools/) because there the tools' newer
+// requirements would raise 59 of CRI-O v1.36.3's (k8s.io/cri-api v0.36.3
+// to v0.37.1, grpc v1.79.3 to v1.83.1, ttrpc, otel...): the tests would
+// run a CRI-O no release is built as (measured with go get in a copy of
+// tools/).
+module github.com/dra-driver-swap/dra-driver-swap/tools/crio
 
 go 1.26.3
 
