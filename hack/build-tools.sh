@@ -8,7 +8,7 @@
 #
 # Usage: hack/build-tools.sh [COMMAND...]
 #   COMMAND is one of kube-apiserver, kube-scheduler, kube-controller-manager,
-#   kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs,
+#   kubelet, kube-proxy, kubectl, helm, cyclonedx-gomod, helm-docs,
 #   helm-values-schema-json, golangci-lint
 #   (default: kube-apiserver).
 #
@@ -77,13 +77,13 @@ fi
 # package_of COMMAND: the package that builds COMMAND.
 package_of() {
 	case "$1" in
-	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet | kube-proxy) echo "k8s.io/kubernetes/cmd/$1" ;;
+	kube-apiserver | kube-scheduler | kube-controller-manager | kubelet | kube-proxy | kubectl) echo "k8s.io/kubernetes/cmd/$1" ;;
 	helm) echo helm.sh/helm/v4/cmd/helm ;;
 	cyclonedx-gomod) echo github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod ;;
 	helm-docs) echo github.com/norwoodj/helm-docs/cmd/helm-docs ;;
 	helm-values-schema-json) echo github.com/losisin/helm-values-schema-json/v2 ;;
 	golangci-lint) echo github.com/dra-driver-swap/dra-driver-swap/tools/lint/golangci-lint ;;
-	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, helm, cyclonedx-gomod, helm-docs, helm-values-schema-json or golangci-lint)" ;;
+	*) die "unknown command '$1' (want kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy, kubectl, helm, cyclonedx-gomod, helm-docs, helm-values-schema-json or golangci-lint)" ;;
 	esac
 }
 # module_of COMMAND: the directory of the module that builds COMMAND.

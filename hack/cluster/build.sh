@@ -36,8 +36,9 @@ if [ "${BUILD_CRIO:-}" = 1 ] && { [ ! -x "$BIN/crio" ] || [ "$crio_src/go.sum" -
 		> "$BIN/.crio-build.log" 2>&1 &
 	crio_pid=$!
 fi
-# Kubernetes and helm in one go build (one module, one set of versions).
-OUT_DIR="$BIN" hack/build-tools.sh kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy helm
+# Kubernetes (kubectl for the docs' commands, TestDocCommands) and helm in one
+# go build (one module, one set of versions).
+OUT_DIR="$BIN" hack/build-tools.sh kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl helm
 if [ -n "$ctd_pid" ]; then
 	wait "$ctd_pid" || { cat "$BIN/.containerd-build.log" >&2; die "building containerd failed"; }
 	log "containerd built"
