@@ -86,9 +86,9 @@ fmt-check:
 
 ## verify: gofmt, the linters (make lint), go vet, the driver's and tools
 ## modules requiring the same versions of what both compile
-## (hack/check-modules.sh), and the import rules (test/layers: the
-## controller depends on nothing node-side, the contract on nothing
-## internal, the hook on no k8s.io package).
+## (hack/check-modules.sh), and the import rules (test/layers: no program
+## links another program's packages, shared packages link none of them, the
+## contract depends on nothing internal, the hook on no k8s.io package).
 verify: fmt-check lint
 	$(NOCGO) $(GO) vet ./...
 	cd $(IMAGE_TOOL) && $(NOCGO) $(GO) vet ./...

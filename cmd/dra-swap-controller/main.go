@@ -2,7 +2,7 @@
 // pods with their node's topology and swap labels, and serves the
 // driver's admission webhooks. One Deployment per cluster; replicas
 // elect a leader. See docs/design.md. `dra-swap-controller check` is the
-// chart's helm test (internal/installcheck).
+// chart's helm test (internal/controller/installcheck).
 package main
 
 import (
@@ -25,8 +25,8 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/commandline"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/installcheck"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/installcheck"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/podlabels"
 )
 
 const name = "dra-swap-controller"
@@ -46,7 +46,7 @@ func main() {
 
 // run runs the controller, or prints its version on stdout with --version.
 // With the subcommand check it runs the chart's helm test
-// (internal/installcheck) instead.
+// (internal/controller/installcheck) instead.
 func run(args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == installcheck.Subcommand {
 		return installcheck.Main(args[1:], stdout, "/")

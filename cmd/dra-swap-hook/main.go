@@ -24,7 +24,7 @@ func main() {
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// --version is a form of its own, for people: no CDI spec writes it,
 	// and with any other argument it is refused like any unknown flag
-	// (internal/hook.ParseArgs).
+	// (internal/hookargs.ParseArgs).
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
 		fmt.Fprintln(stdout, version.Get().Line(name))
 		return 0

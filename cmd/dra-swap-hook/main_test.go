@@ -48,7 +48,7 @@ func TestRun(t *testing.T) {
 
 // TestRunVersion: --version alone prints the version line on stdout and
 // exits 0 without reading stdin; with the arguments of a spec it is an
-// unknown flag, as the argument contract wants (internal/hook.ParseArgs).
+// unknown flag, as the argument contract wants (internal/hookargs.ParseArgs).
 func TestRunVersion(t *testing.T) {
 	want := version.Get().Line("dra-swap-hook") + "\n"
 	tests := []struct {

@@ -20,13 +20,13 @@ import (
 	// component exports them) go to the legacy registry, which the
 	// plugin's /metrics serves beside its own.
 	_ "k8s.io/component-base/metrics/prometheus/restclient"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/commandline"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 )
@@ -41,7 +41,7 @@ func main() {
 }
 
 type options struct {
-	cfg            driver.Config
+	cfg            kubeletplugin.Config
 	kubeconfig     string
 	reserved       string
 	defaultRequest string
@@ -55,7 +55,7 @@ type options struct {
 
 // run runs the plugin, or prints its version on stdout with --version.
 func run(args []string, stdout io.Writer) error {
-	o := options{cfg: driver.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig(), Offload: offload.DefaultParams()}}
+	o := options{cfg: kubeletplugin.Config{Discovery: discovery.Options{}, Pressure: pressure.DefaultConfig(), Offload: offload.DefaultParams()}}
 	if done, err := commandline.Parse(name, o.flagSet(), args, stdout); done || err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func run(args []string, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
-	plugin, err := driver.New(ctx, o.cfg, client)
+	plugin, err := kubeletplugin.New(ctx, o.cfg, client)
 	if err != nil {
 		return err
 	}
@@ -90,8 +90,8 @@ func (o *options) flagSet() *pflag.FlagSet {
 	fs.StringVar(&o.cfg.HookPath, "hook-path", "/opt/dra-swap/bin/dra-swap-hook", "Host path of the dra-swap-hook binary named in the CDI specs.")
 	fs.StringVar(&o.cfg.HookStateDir, "hook-state-dir", "/run/dra-swap/hook", "Host directory where the hook records per-container state (keep it on tmpfs).")
 	fs.StringVar(&o.cfg.InstallHookFrom, "install-hook-from", "", "If set, copy this hook binary to --hook-path under --host-root at start-up.")
-	fs.StringVar(&o.cfg.PluginDataDir, "plugin-data-dir", kubeletplugin.KubeletPluginsDir+"/"+v1alpha1.DriverName, "Directory for the plugin's socket and checkpoint.")
-	fs.StringVar(&o.cfg.RegistrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "The kubelet's plugin registration directory.")
+	fs.StringVar(&o.cfg.PluginDataDir, "plugin-data-dir", draplugin.KubeletPluginsDir+"/"+v1alpha1.DriverName, "Directory for the plugin's socket and checkpoint.")
+	fs.StringVar(&o.cfg.RegistrarDir, "registrar-dir", draplugin.KubeletRegistryDir, "The kubelet's plugin registration directory.")
 	fs.Float64Var(&o.cfg.Policy.OvercommitRatio, "overcommit-ratio", 1.0, "Swap offered = active swap × this ratio − --reserved.")
 	fs.StringVar(&o.reserved, "reserved", "0", "Swap kept back for system daemons (quantity, e.g. 512Mi).")
 	fs.StringVar(&o.defaultRequest, "default-request", "1Gi", "Swap granted to a claim whose request names no capacity; capped at the offer.")

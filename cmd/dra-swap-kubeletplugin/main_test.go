@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/version"
 )
 
@@ -121,7 +121,7 @@ func TestProcessAndClientMetrics(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/metrics", nil)
-	driver.NewMetrics().Handler().ServeHTTP(rec, req)
+	kubeletplugin.NewMetrics().Handler().ServeHTTP(rec, req)
 	page := rec.Body.String()
 	for _, want := range []string{
 		"go_goroutines ",

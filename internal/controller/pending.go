@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
 // ReasonSwapUnavailable is the event on a pod that waits for swap: the

@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/podlabels"
 	swapwebhook "github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
 // FieldManager names the controller's writes.

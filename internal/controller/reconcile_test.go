@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/podlabels"
 )
 
 func swapSlice(node, behavior string, offer string) *resourceapi.ResourceSlice {

@@ -3,7 +3,7 @@
 // labels onto selected pods (covering pods the binding webhook missed and
 // node changes), and a node reconciler for the swap-behavior label (the
 // key KEP-5425 proposed). It reads through a controller-runtime cache and decides nothing
-// itself: internal/podlabels does.
+// itself: internal/controller/podlabels does.
 package controller
 
 import (
@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 )
 
 // Field indexes registered by Setup.

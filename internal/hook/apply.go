@@ -1,3 +1,9 @@
+// Package hook is the OCI hook that applies a claim's swap limit to a
+// container: it reads its arguments (internal/hookargs) and the OCI state
+// from stdin, finds the container's cgroup, records the claim's share for
+// that container and writes the sum of the container's shares with
+// internal/cgroupswap. Every value taken from the state is validated before
+// it reaches a path. Only cmd/dra-swap-hook links it.
 package hook
 
 import (
@@ -15,23 +21,22 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookargs"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
-// The runtime kills a hook that outlives its timeout (TimeoutSeconds, which
-// internal/cdi writes into its specs) with SIGKILL, before the hook can say
+// The runtime kills a hook that outlives its timeout (hookargs.TimeoutSeconds, which
+// internal/kubeletplugin/cdi writes into its specs) with SIGKILL, before the hook can say
 // why. So the hook keeps its own time, well under the runtime's: it waits
 // for the state's lock at most LockWait, and once Deadline has passed,
 // whatever it is still doing (a cgroup write that the kernel's reclaim
 // holds up on a thrashing node), it writes its record, naming the step it
 // was at, and fails the container.
 const (
-	// TimeoutSeconds is each hook's timeout in the CDI specs.
-	TimeoutSeconds = 10
-	// Deadline is half of it.
-	Deadline = TimeoutSeconds * time.Second / 2
+	// Deadline is half of the runtime's timeout.
+	Deadline = hookargs.TimeoutSeconds * time.Second / 2
 	// LockWait bounds the wait for the state's lock: readers hold it for
 	// a few file reads and cgroup writes, other hooks for their own.
 	LockWait = 3 * time.Second
@@ -49,18 +54,18 @@ func Run(args []string, stdin io.Reader) error {
 }
 
 func run(args []string, stdin io.Reader, lim runLimits) error {
-	cfg, req, err := ParseArgs(args)
+	cfg, req, err := hookargs.ParseArgs(args)
 	if err != nil {
 		// Arguments this hook does not understand (a newer release's spec
 		// after a downgrade) still leave the outcome where the plugin
 		// reads it, when the arguments name the state directory.
 		if dir, ok := argValue(args, "--state-dir"); ok && filepath.IsAbs(dir) && filepath.Clean(dir) == dir {
 			if state, serr := ParseState(stdin); serr == nil {
-				var known Request // the claim, for its status
+				var known hookargs.Request // the claim, for its status
 				if uid, ok := argValue(args, "--claim-uid"); ok && limits.IsUID(uid) {
 					known.ClaimUID = uid
 				}
-				writeRecord(Config{StateDir: dir}, known, state, swapsettings.Settings{}, nil, 0, fmt.Errorf("container %s: %w", ContainerName(state), err))
+				writeRecord(hookargs.Config{StateDir: dir}, known, state, swapsettings.Settings{}, nil, 0, fmt.Errorf("container %s: %w", ContainerName(state), err))
 			}
 		}
 		return err
@@ -114,7 +119,7 @@ func within(deadline time.Duration, f func(*progress) error) (err error, timedOu
 	case err := <-done:
 		return err, false
 	case <-timer.C:
-		return fmt.Errorf("gave up after %s %s (the runtime kills the hook after its %ds timeout)", deadline, step, TimeoutSeconds), true
+		return fmt.Errorf("gave up after %s %s (the runtime kills the hook after its %ds timeout)", deadline, step, hookargs.TimeoutSeconds), true
 	}
 }
 
@@ -123,13 +128,13 @@ func within(deadline time.Duration, f func(*progress) error) (err error, timedOu
 // and container changes nothing.
 //
 // The outcome, applied or not, is left in a record for the kubelet plugin
-// to turn into an event on the pod (internal/hookrecord, internal/podevents),
+// to turn into an event on the pod (internal/hookrecord, internal/kubeletplugin/podevents),
 // within Deadline.
-func Apply(cfg Config, req Request, state *specs.State) error {
+func Apply(cfg hookargs.Config, req hookargs.Request, state *specs.State) error {
 	return applyWithin(cfg, req, state, runLimits{deadline: Deadline, lockWait: LockWait})
 }
 
-func applyWithin(cfg Config, req Request, state *specs.State, lim runLimits) error {
+func applyWithin(cfg hookargs.Config, req hookargs.Request, state *specs.State, lim runLimits) error {
 	var total swapsettings.Settings
 	var podLimit *int64
 	var version int
@@ -150,7 +155,7 @@ func applyWithin(cfg Config, req Request, state *specs.State, lim runLimits) err
 
 // writeRecord leaves the run's outcome for the kubelet plugin (for a
 // Kubernetes container).
-func writeRecord(cfg Config, req Request, state *specs.State, total swapsettings.Settings, podLimit *int64, version int, err error) {
+func writeRecord(cfg hookargs.Config, req hookargs.Request, state *specs.State, total swapsettings.Settings, podLimit *int64, version int, err error) {
 	r, ok := hookrecord.FromAnnotations(state.Annotations)
 	if !ok {
 		return
@@ -179,7 +184,7 @@ func writeRecord(cfg Config, req Request, state *specs.State, total swapsettings
 
 // apply returns the container's settings and the pod budget it applied
 // (nil when none).
-func apply(cfg Config, req Request, state *specs.State, lockWait time.Duration, step *progress) (swapsettings.Settings, *int64, int, error) {
+func apply(cfg hookargs.Config, req hookargs.Request, state *specs.State, lockWait time.Duration, step *progress) (swapsettings.Settings, *int64, int, error) {
 	var total swapsettings.Settings
 	name := ContainerName(state)
 	step.set("finding the container's cgroup")
@@ -312,7 +317,7 @@ func isPodCgroup(name, podUID string) bool {
 
 // cleanup removes the container's records (poststop), under the state
 // directory's lock: the verifier never reads them half-removed.
-func cleanup(cfg Config, state *specs.State, lockWait time.Duration, step *progress) error {
+func cleanup(cfg hookargs.Config, state *specs.State, lockWait time.Duration, step *progress) error {
 	step.set("waiting for the hook state's lock")
 	unlock, err := hookstate.Lock(cfg.StateDir, lockWait)
 	if err != nil {
@@ -326,7 +331,7 @@ func cleanup(cfg Config, state *specs.State, lockWait time.Duration, step *progr
 	return nil
 }
 
-func findCgroup(cfg Config, state *specs.State, name string) (cgroupswap.Target, error) {
+func findCgroup(cfg hookargs.Config, state *specs.State, name string) (cgroupswap.Target, error) {
 	target := cgroupswap.Target{Root: cfg.CgroupRoot, Container: name}
 	procFile := filepath.Join(cfg.ProcRoot, strconv.Itoa(state.Pid), "cgroup")
 	f, err := os.Open(procFile)

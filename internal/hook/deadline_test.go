@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookargs"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookrecord"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 )
@@ -21,7 +22,7 @@ const envHookArgs = "HOOK_TEST_AS_HOOK_ARGS"
 
 // TestOutcomeBeforeTheRuntimeKillsIt runs the hook as runc does, a
 // process with the OCI state on its stdin that is killed (SIGKILL) once
-// it outlives its timeout (TimeoutSeconds), while another process holds
+// it outlives its timeout (hookargs.TimeoutSeconds), while another process holds
 // the hook state's lock throughout (a verifier that hangs): the hook gives
 // up first, and its record says why.
 func TestOutcomeBeforeTheRuntimeKillsIt(t *testing.T) {
@@ -59,9 +60,9 @@ func TestOutcomeBeforeTheRuntimeKillsIt(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	select {
 	case err = <-exited:
-	case <-time.After(TimeoutSeconds * time.Second):
+	case <-time.After(hookargs.TimeoutSeconds * time.Second):
 		_ = cmd.Process.Kill()
-		t.Fatalf("killed at the runtime's timeout (%ds) like runc kills it (%v); output:\n%s", TimeoutSeconds, <-exited, out.String())
+		t.Fatalf("killed at the runtime's timeout (%ds) like runc kills it (%v); output:\n%s", hookargs.TimeoutSeconds, <-exited, out.String())
 	}
 	took := time.Since(start)
 	var exit *exec.ExitError
@@ -72,7 +73,7 @@ func TestOutcomeBeforeTheRuntimeKillsIt(t *testing.T) {
 	if !strings.Contains(r.Error, "still held") || len(r.Claims) != 1 || r.Claims[0] != claimA {
 		t.Errorf("record %+v, want the held lock's error for claim A", r)
 	}
-	t.Logf("the hook gave up after %v (runtime's timeout %ds)", took.Round(time.Millisecond), TimeoutSeconds)
+	t.Logf("the hook gave up after %v (runtime's timeout %ds)", took.Round(time.Millisecond), hookargs.TimeoutSeconds)
 }
 
 // A write to the cgroup that does not return (here a FIFO no one reads,
@@ -130,7 +131,7 @@ func TestArgumentErrorLeavesARecord(t *testing.T) {
 }
 
 func TestDeadlineWellUnderTheRuntimesTimeout(t *testing.T) {
-	if LockWait >= Deadline || 2*Deadline > TimeoutSeconds*time.Second {
-		t.Errorf("lock wait %v, deadline %v, runtime's timeout %ds: want lock wait < deadline ≤ half the timeout", LockWait, Deadline, TimeoutSeconds)
+	if LockWait >= Deadline || 2*Deadline > hookargs.TimeoutSeconds*time.Second {
+		t.Errorf("lock wait %v, deadline %v, runtime's timeout %ds: want lock wait < deadline ≤ half the timeout", LockWait, Deadline, hookargs.TimeoutSeconds)
 	}
 }

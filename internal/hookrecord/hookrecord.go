@@ -2,7 +2,7 @@
 // one container's outcome, for the kubelet plugin to report: the hook runs
 // inside the container runtime with no API access, so it writes a small
 // JSON file per container into a directory under its state directory; the
-// plugin's internal/podevents reads the files, emits a pod event for each
+// plugin's internal/kubeletplugin/podevents reads the files, emits a pod event for each
 // and deletes them.
 //
 //	<state-dir>/.events/<container-id>.json   a Record (JSON)
@@ -85,7 +85,7 @@ func Write(stateDir, containerID string, r Record) error {
 
 // Read decodes the record file at path, of at most MaxBytes. It checks the
 // encoding only: whether the names in it are ones the API could hold is
-// for the reader that turns it into an event (internal/podevents).
+// for the reader that turns it into an event (internal/kubeletplugin/podevents).
 func Read(path string) (Record, error) {
 	var r Record
 	data, err := atomicfile.ReadFile(path, MaxBytes)

@@ -20,6 +20,7 @@ package hookstate
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,11 +31,10 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/atomicfile"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/cgroupswap"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/filelock"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
@@ -460,7 +460,7 @@ func readFile(path string) ([]byte, error) { return atomicfile.ReadFile(path, ma
 // the hook then fails the container's start, loudly and within a bound,
 // rather than hang it. The returned function releases the lock.
 func Lock(stateDir string, wait time.Duration) (unlock func(), err error) {
-	unlock, path, err := tryLock(stateDir, unix.LOCK_EX, wait)
+	unlock, path, err := tryLock(stateDir, filelock.Exclusive, wait)
 	if err == nil && unlock == nil {
 		err = fmt.Errorf("lock %s: still held by a reader (the kubelet plugin's verifier) after %s", path, wait)
 	}
@@ -474,35 +474,30 @@ const lockPoll = 5 * time.Millisecond
 // holding cgroups to them, trying for up to wait while the hook holds it;
 // ok is false when it held it all that time (nothing is locked then).
 func RLock(stateDir string, wait time.Duration) (unlock func(), ok bool, err error) {
-	unlock, _, err = tryLock(stateDir, unix.LOCK_SH, wait)
+	unlock, _, err = tryLock(stateDir, filelock.Shared, wait)
 	return unlock, unlock != nil, err
 }
 
-// tryLock takes the state directory's lock (how: LOCK_EX or LOCK_SH),
-// trying every lockPoll for up to wait; unlock is nil, with no error, when
-// it was held all that time. path is the lock file's.
-func tryLock(stateDir string, how int, wait time.Duration) (unlock func(), path string, err error) {
+// tryLock takes the state directory's lock of kind mode, trying every
+// lockPoll for up to wait (filelock.Poll); unlock is nil, with no error,
+// when it was held all that time. path is the lock file's.
+func tryLock(stateDir string, mode filelock.Mode, wait time.Duration) (unlock func(), path string, err error) {
 	f, err := openLock(stateDir)
 	if err != nil {
 		return nil, "", err
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		err = unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		switch {
-		case err == nil:
-			return func() { f.Close() }, f.Name(), nil
-		case errors.Is(err, unix.EINTR):
-			continue
-		case !errors.Is(err, unix.EWOULDBLOCK):
-			f.Close()
-			return nil, f.Name(), fmt.Errorf("lock %s: %w", f.Name(), err)
-		}
-		if !time.Now().Before(deadline) {
-			f.Close()
-			return nil, f.Name(), nil
-		}
-		time.Sleep(lockPoll)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err = filelock.Poll(ctx, f, mode, lockPoll, func(err error) bool { return errors.Is(err, filelock.ErrHeld) })
+	switch {
+	case err == nil:
+		return func() { f.Close() }, f.Name(), nil
+	case errors.Is(err, context.DeadlineExceeded):
+		f.Close()
+		return nil, f.Name(), nil
+	default:
+		f.Close()
+		return nil, f.Name(), fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 }
 

@@ -2,8 +2,8 @@
 // cgroup: one type from the claim to the cgroup. The kubelet plugin makes it
 // from a claim's SwapConfig and allocation (internal/kubeletplugin/prepare);
 // the claim's CDI spec carries it to the OCI hook as arguments
-// (internal/cdi formats them with internal/hook.FormatArgs, the hook parses
-// them back with hook.ParseArgs); the hook records it per share
+// (internal/kubeletplugin/cdi formats them with internal/hookargs.FormatArgs, the hook parses
+// them back with hookargs.ParseArgs); the hook records it per share
 // (internal/hookstate), sums a container's shares and applies the sum
 // (internal/cgroupswap).
 //

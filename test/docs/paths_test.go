@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	// A path in this repository, in backquotes: `internal/podlabels`,
+	// A path in this repository, in backquotes: `internal/controller/podlabels`,
 	// `api/swap/v1alpha1/names.go`, `internal/kubeletplugin/pressure.DefaultConfig`.
 	repoPath = regexp.MustCompile("`((?:api|cmd|internal|test|hack|deployments|examples)/[A-Za-z0-9_./-]*)`")
 	// A symbol named in a file: "`LabelSwapBehavior` in `api/swap/v1alpha1/names.go`".

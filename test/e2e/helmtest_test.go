@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/installcheck"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/installcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 

@@ -25,7 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/installcheck"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/installcheck"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 

@@ -14,9 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 )
 
 // TestPluginWithoutKubeletConfig: a plugin pointed at a kubelet
@@ -27,7 +28,7 @@ import (
 func TestPluginWithoutKubeletConfig(t *testing.T) {
 	const configPath = "/etc/kubernetes/kubelet.yaml"
 	metricsPort := freePort(t)
-	ctx, client, h, _ := runPlugin(t, func(c *driver.Config) {
+	ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) {
 		c.Discovery.KubeletConfigPath = configPath
 		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	})
@@ -41,12 +42,12 @@ func TestPluginWithoutKubeletConfig(t *testing.T) {
 		}
 	}
 	waitForSlice(t, ctx, client, "swapBehavior is Unknown", behavior(v1alpha1.SwapBehaviorUnknown))
-	waitForNodeEvent(t, ctx, client, driver.ReasonKubeletConfigUnreadable, configPath)
+	waitForNodeEvent(t, ctx, client, publish.ReasonKubeletConfigUnreadable, configPath)
 	waitForMetric(t, ctx, metricsPort, "dra_swap_kubelet_config_readable 0\n")
 
 	h.write(configPath, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemorySwap:\n  swapBehavior: LimitedSwap\n")
 	waitForSlice(t, ctx, client, "swapBehavior is LimitedSwap", behavior(v1alpha1.SwapBehaviorLimitedSwap))
-	waitForNodeEvent(t, ctx, client, driver.ReasonKubeletConfigRead, "swapBehavior LimitedSwap")
+	waitForNodeEvent(t, ctx, client, publish.ReasonKubeletConfigRead, "swapBehavior LimitedSwap")
 	waitForMetric(t, ctx, metricsPort, "dra_swap_kubelet_config_readable 1\n")
 }
 
@@ -57,7 +58,7 @@ func TestPluginWithoutKubeletConfig(t *testing.T) {
 // turn PSI on, and exports dra_swap_psi_available 0.
 func TestPluginWithoutPSI(t *testing.T) {
 	metricsPort := freePort(t)
-	ctx, client, h, _ := runPlugin(t, func(c *driver.Config) {
+	ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) {
 		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 		c.Pressure, c.PressureInterval = pressure.DefaultConfig(), 100*time.Millisecond
 		// Where the chart points it: the plugin's own procfs, here a
@@ -72,7 +73,7 @@ func TestPluginWithoutPSI(t *testing.T) {
 		q, ok := d.Capacity[v1alpha1.CapacitySwap]
 		return ok && q.Value.Value() == 2*gi
 	})
-	waitForNodeEvent(t, ctx, client, driver.ReasonPSIUnavailable, "psi=1")
+	waitForNodeEvent(t, ctx, client, kubeletplugin.ReasonPSIUnavailable, "psi=1")
 	waitForMetric(t, ctx, metricsPort, "dra_swap_psi_available 0\n")
 }
 
@@ -125,7 +126,7 @@ func TestPluginHookOnANoexecMount(t *testing.T) {
 	}
 	metricsPort := freePort(t)
 	var hookDir string
-	ctx, client, _, _ := runPlugin(t, func(c *driver.Config) {
+	ctx, client, _, _ := runPlugin(t, func(c *kubeletplugin.Config) {
 		c.HookPath, c.InstallHookFrom = hookPath, src
 		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 		hookDir = filepath.Join(c.Discovery.Root, filepath.Dir(hookPath))
@@ -145,13 +146,13 @@ func TestPluginHookOnANoexecMount(t *testing.T) {
 		return capacityIs(0)(d) && attr(d, v1alpha1.AttrUsable) == "false" && len(d.Taints) == 1 && d.Taints[0].Key == v1alpha1.TaintNoUsableSwap
 	}
 	waitForSlice(t, ctx, client, "no swap offered, tainted "+v1alpha1.TaintNoUsableSwap, unusable)
-	waitForNodeEvent(t, ctx, client, driver.ReasonHookNotRunnable, "noexec mount")
+	waitForNodeEvent(t, ctx, client, publish.ReasonHookNotRunnable, "noexec mount")
 	waitForMetric(t, ctx, metricsPort, "dra_swap_hook_runs 0\n")
 
 	if err := unix.Mount("", hookDir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		t.Fatalf("remount %s with exec: %v", hookDir, err)
 	}
 	waitForSlice(t, ctx, client, "2Gi offered", capacityIs(2*gi))
-	waitForNodeEvent(t, ctx, client, driver.ReasonHookRuns, "offers swap again")
+	waitForNodeEvent(t, ctx, client, publish.ReasonHookRuns, "offers swap again")
 	waitForMetric(t, ctx, metricsPort, "dra_swap_hook_runs 1\n")
 }

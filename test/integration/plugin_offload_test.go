@@ -27,7 +27,8 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/offload"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
@@ -39,7 +40,7 @@ import (
 // without memory.reclaim; zswap disabled), and prepared where it can; the
 // device's offload attribute says which, rescan by rescan.
 func TestPluginOffloadSupport(t *testing.T) {
-	ctx, client, h, cfg := runPlugin(t, func(c *driver.Config) { c.OffloadInterval = 0 })
+	ctx, client, h, cfg := runPlugin(t, func(c *kubeletplugin.Config) { c.OffloadInterval = 0 })
 	waitForSlice(t, ctx, client, "a cgroup v1 node does not offload", func(d *resourceapi.Device) bool { return d != nil && attr(d, "offload") == "false" })
 
 	ns := "default"
@@ -113,7 +114,7 @@ func TestPluginOffloadSupport(t *testing.T) {
 // pauses it with an event on the pod.
 func TestPluginOffloadPrepared(t *testing.T) {
 	metricsPort := freePort(t)
-	ctx, client, h, cfg := runPluginOn(t, newV2Host, func(c *driver.Config) {
+	ctx, client, h, cfg := runPluginOn(t, newV2Host, func(c *kubeletplugin.Config) {
 		c.OffloadInterval, c.Offload, c.OffloadMaxPassBytes = 200*time.Millisecond, offload.DefaultParams(), 256*mi
 		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	})
@@ -179,7 +180,7 @@ func TestPluginOffloadPrepared(t *testing.T) {
 		t.Fatalf("memory.reclaim holds %q, want a step of 10735616 bytes: %v", data, err)
 	}
 	// The claim's status carries the figures.
-	var data driver.DeviceStatusData
+	var data claimstatus.DeviceStatusData
 	var raw string
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
 		c, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
@@ -187,7 +188,7 @@ func TestPluginOffloadPrepared(t *testing.T) {
 			return false, err
 		}
 		raw = string(c.Status.Devices[0].Data.Raw)
-		data = driver.DeviceStatusData{}
+		data = claimstatus.DeviceStatusData{}
 		return json.Unmarshal(c.Status.Devices[0].Data.Raw, &data) == nil && data.Offload != nil && data.Offload.State == offload.ReasonOffloading, nil
 	}); err != nil {
 		t.Fatalf("the claim's status data %s lacks the loop's figures: %v", raw, err)
@@ -215,7 +216,7 @@ func TestPluginOffloadPrepared(t *testing.T) {
 		}
 		for _, e := range list.Items {
 			events = append(events, e.Reason+": "+e.Note)
-			if e.Reason == driver.ReasonOffloadBackedOff {
+			if e.Reason == kubeletplugin.ReasonOffloadBackedOff {
 				if !strings.Contains(e.Note, `Offload of container "app" on node "node-a" paused`) || !strings.Contains(e.Note, "above the budget of 0.50% of claim offload") {
 					t.Errorf("event %q", e.Note)
 				}
@@ -223,14 +224,14 @@ func TestPluginOffloadPrepared(t *testing.T) {
 			}
 		}
 		if total > 100_000_000 {
-			t.Fatalf("no %s event; events: %q", driver.ReasonOffloadBackedOff, events)
+			t.Fatalf("no %s event; events: %q", kubeletplugin.ReasonOffloadBackedOff, events)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
 // runPluginOn is runPlugin on the host tree newHost makes.
-func runPluginOn(t testing.TB, newHost func(testing.TB) hostTree, configure ...func(*driver.Config)) (context.Context, kubernetes.Interface, hostTree, driver.Config) {
+func runPluginOn(t testing.TB, newHost func(testing.TB) hostTree, configure ...func(*kubeletplugin.Config)) (context.Context, kubernetes.Interface, hostTree, kubeletplugin.Config) {
 	api := framework.StartAPIServer(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)

@@ -16,8 +16,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -81,7 +82,7 @@ func TestPluginSwapBehavior(t *testing.T) {
 			t.Fatalf("the chart's default offers swap under %q", unsafe)
 		}
 		metricsPort := freePort(t)
-		ctx, client, h, _ := runPlugin(t, func(c *driver.Config) {
+		ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) {
 			c.Policy.UnsafeOfferUnder = unsafe
 			c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 		})
@@ -90,23 +91,23 @@ func TestPluginSwapBehavior(t *testing.T) {
 
 		h.write("var/lib/kubelet/config.yaml", kubeletConfigWith("LimitedSwap"))
 		waitForSlice(t, ctx, client, "nothing offered under LimitedSwap", withheldUnder("LimitedSwap"))
-		waitForNodeEvent(t, ctx, client, driver.ReasonSwapBehaviorConflict,
+		waitForNodeEvent(t, ctx, client, publish.ReasonSwapBehaviorConflict,
 			"the taint dra.swap/kubelet-swap-behavior=LimitedSwap:NoSchedule, because the kubelet's memorySwap.swapBehavior is LimitedSwap")
-		waitForNodeEvent(t, ctx, client, driver.ReasonSwapBehaviorConflict,
+		waitForNodeEvent(t, ctx, client, publish.ReasonSwapBehaviorConflict,
 			"set memorySwap.swapBehavior: NoSwap in the kubelet's configuration and restart the kubelet")
 		waitForMetric(t, ctx, metricsPort, "dra_swap_node_swap_offered_bytes 0\n")
 
 		h.write("var/lib/kubelet/config.yaml", kubeletConfigWith("WorkloadControlledSwap"))
 		waitForSlice(t, ctx, client, "nothing offered under WorkloadControlledSwap", withheldUnder("WorkloadControlledSwap"))
-		waitForNodeEvent(t, ctx, client, driver.ReasonSwapBehaviorConflict, "kubelet-swap-behavior=WorkloadControlledSwap:NoSchedule, because the kubelet's memorySwap.swapBehavior is WorkloadControlledSwap (KEP-5359)")
+		waitForNodeEvent(t, ctx, client, publish.ReasonSwapBehaviorConflict, "kubelet-swap-behavior=WorkloadControlledSwap:NoSchedule, because the kubelet's memorySwap.swapBehavior is WorkloadControlledSwap (KEP-5359)")
 
 		h.write("var/lib/kubelet/config.yaml", "memorySwap: [")
 		waitForSlice(t, ctx, client, "nothing offered while the configuration cannot be read", withheldUnder("Unknown"))
-		waitForNodeEvent(t, ctx, client, driver.ReasonSwapBehaviorConflict, "kubelet-swap-behavior=Unknown:NoSchedule")
+		waitForNodeEvent(t, ctx, client, publish.ReasonSwapBehaviorConflict, "kubelet-swap-behavior=Unknown:NoSchedule")
 
 		h.write("var/lib/kubelet/config.yaml", kubeletConfigWith("NoSwap"))
 		waitForSlice(t, ctx, client, "2Gi offered under NoSwap again", offers(2*gi))
-		waitForNodeEvent(t, ctx, client, driver.ReasonSwapBehaviorConflictCleared, "is NoSwap (it was Unknown)")
+		waitForNodeEvent(t, ctx, client, publish.ReasonSwapBehaviorConflictCleared, "is NoSwap (it was Unknown)")
 		waitForMetric(t, ctx, metricsPort, "dra_swap_node_swap_offered_bytes "+strconv.FormatFloat(float64(2*gi), 'g', -1, 64)+"\n")
 	})
 
@@ -116,14 +117,14 @@ func TestPluginSwapBehavior(t *testing.T) {
 		if strings.Join(unsafe, ",") != "LimitedSwap" {
 			t.Fatalf("the chart renders --unsafe-offer-swap-under=%s, want LimitedSwap", strings.Join(unsafe, ","))
 		}
-		ctx, client, h, _ := runPlugin(t, func(c *driver.Config) { c.Policy.UnsafeOfferUnder = unsafe })
+		ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) { c.Policy.UnsafeOfferUnder = unsafe })
 		h.write("var/lib/kubelet/config.yaml", kubeletConfigWith("LimitedSwap"))
 		waitForSlice(t, ctx, client, "2Gi offered under LimitedSwap, as configured", func(d *resourceapi.Device) bool {
 			return offers(2*gi)(d) && attr(d, "swapBehavior") == "LimitedSwap"
 		})
-		waitForNodeEvent(t, ctx, client, driver.ReasonSwapOfferedUnsafely,
+		waitForNodeEvent(t, ctx, client, publish.ReasonSwapOfferedUnsafely,
 			"The node offers 2Gi of swap to claims although the kubelet's memorySwap.swapBehavior is LimitedSwap")
-		waitForNodeEvent(t, ctx, client, driver.ReasonSwapOfferedUnsafely, "OOM-killed below its claim")
+		waitForNodeEvent(t, ctx, client, publish.ReasonSwapOfferedUnsafely, "OOM-killed below its claim")
 
 		h.write("var/lib/kubelet/config.yaml", kubeletConfigWith("WorkloadControlledSwap"))
 		waitForSlice(t, ctx, client, "nothing offered under WorkloadControlledSwap, not named", withheldUnder("WorkloadControlledSwap"))
@@ -192,9 +193,9 @@ func TestPluginKubeletConfigReplaced(t *testing.T) {
 	var replaced, conflict bool
 	for _, e := range list.Items {
 		seen = append(seen, e.Reason+": "+e.Note)
-		replaced = replaced || e.Reason == driver.ReasonKubeletConfigUnreadable && strings.Contains(e.Note, "was replaced on the host") &&
+		replaced = replaced || e.Reason == publish.ReasonKubeletConfigUnreadable && strings.Contains(e.Note, "was replaced on the host") &&
 			strings.Contains(e.Note, "The plugin exits, and its restarted container reads the new file")
-		conflict = conflict || e.Reason == driver.ReasonSwapBehaviorConflict && strings.Contains(e.Note, "kubelet-swap-behavior=Unknown")
+		conflict = conflict || e.Reason == publish.ReasonSwapBehaviorConflict && strings.Contains(e.Note, "kubelet-swap-behavior=Unknown")
 	}
 	if !replaced || !conflict {
 		t.Errorf("Node events when the plugin exited: %q; want a KubeletConfigUnreadable saying the file was replaced and a SwapBehaviorConflict for Unknown", seen)

@@ -28,8 +28,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
@@ -83,7 +85,7 @@ func newHost(t testing.TB) hostTree {
 // runPlugin starts an API server with the node object, a fake host tree
 // and the kubelet plugin; the plugin stops, and must exit cleanly, when the
 // test ends.
-func runPlugin(t testing.TB, configure ...func(*driver.Config)) (context.Context, kubernetes.Interface, hostTree, driver.Config) {
+func runPlugin(t testing.TB, configure ...func(*kubeletplugin.Config)) (context.Context, kubernetes.Interface, hostTree, kubeletplugin.Config) {
 	api := framework.StartAPIServer(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -99,9 +101,9 @@ func runPlugin(t testing.TB, configure ...func(*driver.Config)) (context.Context
 	return ctx, api.Client, h, cfg
 }
 
-func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface, h hostTree, configure ...func(*driver.Config)) (driver.Config, <-chan error) {
+func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface, h hostTree, configure ...func(*kubeletplugin.Config)) (kubeletplugin.Config, <-chan error) {
 	dir := t.TempDir()
-	cfg := driver.Config{
+	cfg := kubeletplugin.Config{
 		DriverName:     "dra.swap",
 		NodeName:       nodeName,
 		Discovery:      discovery.Options{Root: h.root, KubeletConfigPath: "/var/lib/kubelet/config.yaml"},
@@ -123,7 +125,7 @@ func startPlugin(t testing.TB, ctx context.Context, client kubernetes.Interface,
 	}
 	done := make(chan error, 1)
 	go func() {
-		plugin, err := driver.New(ctx, cfg, client)
+		plugin, err := kubeletplugin.New(ctx, cfg, client)
 		if err != nil {
 			done <- err
 			return
@@ -290,7 +292,7 @@ func TestPluginPublishesSwap(t *testing.T) {
 // the way the kubelet does, for a claim allocated in the API server.
 func TestPluginPreparesOverGRPC(t *testing.T) {
 	metricsPort := freePort(t)
-	ctx, client, h, cfg := runPlugin(t, func(c *driver.Config) { c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort) })
+	ctx, client, h, cfg := runPlugin(t, func(c *kubeletplugin.Config) { c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort) })
 	waitForSlice(t, ctx, client, "the device is published", capacityIs(2*gi))
 
 	ns := "default"
@@ -383,7 +385,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	}
 	d0 := status[0]
 	if d0.Driver != "dra.swap" || d0.Pool != nodeName || d0.Device != "swap" || ptr.Deref(d0.ShareID, "") != shareID ||
-		len(d0.Conditions) != 1 || d0.Conditions[0].Type != driver.ConditionSwapApplied || d0.Conditions[0].Status != metav1.ConditionUnknown ||
+		len(d0.Conditions) != 1 || d0.Conditions[0].Type != claimstatus.ConditionSwapApplied || d0.Conditions[0].Status != metav1.ConditionUnknown ||
 		d0.Data == nil || !strings.Contains(string(d0.Data.Raw), `"swapBytes":314572800`) || !strings.Contains(string(d0.Data.Raw), `"containers":{"app":314572800}`) {
 		t.Errorf("device status %+v, data %s", d0, d0.Data)
 	}
@@ -399,7 +401,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	}
 	dev := waitForSlice(t, ctx, client, "the device is tainted overcommitted", overcommitted)
 	t.Logf("after the swap shrank: taint %s=%s", dev.Taints[0].Key, dev.Taints[0].Value)
-	waitForNodeEvent(t, ctx, client, driver.ReasonOvercommitted, "hold 300Mi but the node offers 256Mi")
+	waitForNodeEvent(t, ctx, client, publish.ReasonOvercommitted, "hold 300Mi but the node offers 256Mi")
 	metrics := scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 	for _, want := range []string{"dra_swap_node_swap_allocated_bytes 3.145728e+08", "dra_swap_node_swap_offered_bytes 2.68435456e+08"} {
 		if !strings.Contains(metrics, want) {
@@ -420,7 +422,7 @@ func TestPluginPreparesOverGRPC(t *testing.T) {
 	}
 	h.write("proc/swaps", swaps("/dev/vdb                                partition\t2097152\t\t0\t\t-2\n"))
 	waitForSlice(t, ctx, client, "the taint is gone with the swap back", func(d *resourceapi.Device) bool { return d != nil && len(d.Taints) == 0 })
-	waitForNodeEvent(t, ctx, client, driver.ReasonOvercommitCleared, "taint dra.swap/overcommitted removed")
+	waitForNodeEvent(t, ctx, client, publish.ReasonOvercommitCleared, "taint dra.swap/overcommitted removed")
 
 	for range 2 {
 		resp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{pbClaim}})

@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/servingcert"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/claimstatus"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 
@@ -308,7 +308,7 @@ func injectWithToken(t *testing.T, client kubernetes.Interface) {
 // stand) and on, that the plugin may change only its driver's
 // status.devices entries of its own node's pool on claims allocated on its
 // node, and that its own server-side apply of those entries (as
-// internal/kubeletplugin/driver's claim status writer does) works.
+// internal/kubeletplugin's claim status writer does) works.
 func TestPluginClaimStatusPolicy(t *testing.T) {
 	for _, gate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("DRAResourceClaimGranularStatusAuthorization=%t", gate), func(t *testing.T) {
@@ -373,19 +373,19 @@ func testPluginClaimStatus(t *testing.T, s *framework.APIServer, byPolicy bool) 
 	idle := claim("idle", "node-a", false)
 
 	// apply writes the plugin's dra.swap entry of pool as
-	// internal/kubeletplugin/driver's claim status writer does: server-side
+	// internal/kubeletplugin's claim status writer does: server-side
 	// apply of the status with its field manager, forced.
 	apply := func(client kubernetes.Interface, c *resourceapi.ResourceClaim, pool, condition string) error {
-		data, err := json.Marshal(driver.DeviceStatusData{APIVersion: "dra.swap/v1alpha1", Kind: "SwapDeviceStatus", LimitBytes: 1 << 20})
+		data, err := json.Marshal(claimstatus.DeviceStatusData{APIVersion: "dra.swap/v1alpha1", Kind: "SwapDeviceStatus", LimitBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ac := resourceapply.ResourceClaim(c.Name, c.Namespace).WithUID(c.UID).WithStatus(resourceapply.ResourceClaimStatus().WithDevices(
 			resourceapply.AllocatedDeviceStatus().WithDriver("dra.swap").WithPool(pool).WithDevice("swap").
 				WithData(runtime.RawExtension{Raw: data}).
-				WithConditions(metav1apply.Condition().WithType(driver.ConditionSwapApplied).WithStatus(metav1.ConditionStatus(condition)).
-					WithReason(driver.ReasonPrepared).WithMessage("test").WithLastTransitionTime(metav1.Now()))))
-		_, err = client.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: driver.StatusFieldManager, Force: true})
+				WithConditions(metav1apply.Condition().WithType(claimstatus.ConditionSwapApplied).WithStatus(metav1.ConditionStatus(condition)).
+					WithReason(claimstatus.ReasonPrepared).WithMessage("test").WithLastTransitionTime(metav1.Now()))))
+		_, err = client.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: claimstatus.StatusFieldManager, Force: true})
 		return err
 	}
 	jsonPatch := func(c *resourceapi.ResourceClaim, patch string) error {

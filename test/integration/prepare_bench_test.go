@@ -26,7 +26,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 	"github.com/dra-driver-swap/dra-driver-swap/test/noopdriver"
 )
@@ -63,7 +63,7 @@ func newBenchPlugin(b *testing.B, pods int, noop withNoop) *benchPlugin {
 	createNode(b, ctx, api.Client)
 	h := newHost(b)
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
-	pcfg, done := startPlugin(b, ctx, pluginClient, h, func(c *driver.Config) {
+	pcfg, done := startPlugin(b, ctx, pluginClient, h, func(c *kubeletplugin.Config) {
 		c.RescanInterval, c.VerifyInterval, c.PressureInterval = 10*time.Second, time.Minute, 0
 		c.BackgroundClient = background
 		c.MetricsAddress = metricsAddr

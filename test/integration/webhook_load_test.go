@@ -24,8 +24,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller/webhook"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/podlabels"
 	"github.com/dra-driver-swap/dra-driver-swap/test/integration/framework"
 )
 

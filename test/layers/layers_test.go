@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -50,15 +51,6 @@ func under(path, prefix string) bool {
 
 var rules = []rule{
 	{
-		name:     "controller",
-		promise:  "the controller and internal/podlabels import nothing node-side (internal/kubeletplugin/...)",
-		patterns: []string{"./internal/controller/...", "./cmd/dra-swap-controller", "./internal/podlabels"},
-		forbidden: func(mod string, p pkg) bool {
-			return under(p.ImportPath, mod+"/internal/kubeletplugin")
-		},
-		hint: "the names the controller shares with the kubelet plugin belong in the contract, api/swap/v1alpha1",
-	},
-	{
 		name:     "contract",
 		promise:  "the contract (api/...) imports nothing under internal/",
 		patterns: []string{"./api/..."},
@@ -84,14 +76,90 @@ var rules = []rule{
 		forbidden: func(_ string, p pkg) bool {
 			return strings.HasPrefix(p.ImportPath, "k8s.io/")
 		},
-		hint: "keep what the hook needs apart from the plugin's Kubernetes code (the hook writes internal/hookrecord; internal/podevents, in the plugin, emits the events)",
+		hint: "keep what the hook needs apart from the plugin's Kubernetes code (the hook writes internal/hookrecord; internal/kubeletplugin/podevents, in the plugin, emits the events)",
 	},
+}
+
+// program is one of the three programs and the directory under internal/
+// that holds the packages only it links.
+type program struct {
+	name string // the subtest's
+	cmd  string // its main package
+	dir  string // its group of packages
+}
+
+// programs are the three programs; every other package under internal/
+// is shared (docs/design.md, "Layout").
+var programs = []program{
+	{name: "kubeletplugin", cmd: "cmd/dra-swap-kubeletplugin", dir: "internal/kubeletplugin"},
+	{name: "controller", cmd: "cmd/dra-swap-controller", dir: "internal/controller"},
+	{name: "hook", cmd: "cmd/dra-swap-hook", dir: "internal/hook"},
+}
+
+// programRules are the rules that keep the programs apart: a program (its
+// command and its group) links no package of another program's group, and
+// the shared packages (api/ and internal/'s other directories) link none
+// of any group, so that what two programs share is in plain sight.
+func programRules(t *testing.T) []rule {
+	t.Helper()
+	inGroup := func(mod, path string, groups []program) bool {
+		for _, g := range groups {
+			if under(path, mod+"/"+g.dir) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []rule
+	for _, prog := range programs {
+		others := slices.DeleteFunc(slices.Clone(programs), func(q program) bool { return q == prog })
+		out = append(out, rule{
+			name:     "programs/" + prog.name,
+			promise:  fmt.Sprintf("%s and %s/... link no package of another program (%s)", prog.cmd, prog.dir, dirs(others)),
+			patterns: []string{"./" + prog.cmd, "./" + prog.dir + "/..."},
+			goos:     "linux",
+			forbidden: func(mod string, p pkg) bool {
+				return inGroup(mod, p.ImportPath, others)
+			},
+			hint: "what two programs share moves out of the program's directory, to a shared package directly under internal/ (or to the contract, api/swap/v1alpha1)",
+		})
+	}
+	shared := []string{"./api/..."}
+	entries, err := os.ReadDir(filepath.Join(repoRoot, "internal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && !slices.ContainsFunc(programs, func(q program) bool { return q.dir == "internal/"+e.Name() }) {
+			shared = append(shared, "./internal/"+e.Name()+"/...")
+		}
+	}
+	out = append(out, rule{
+		name:     "programs/shared",
+		promise:  fmt.Sprintf("the shared packages (%s) link no program's package (%s)", strings.Join(shared, " "), dirs(programs)),
+		patterns: shared,
+		goos:     "linux",
+		forbidden: func(mod string, p pkg) bool {
+			return inGroup(mod, p.ImportPath, programs)
+		},
+		hint: "a package that needs one program's package belongs to that program: move it under the program's directory",
+	})
+	return out
+}
+
+// dirs names the programs' directories.
+func dirs(progs []program) string {
+	var names []string
+	for _, p := range progs {
+		names = append(names, p.dir)
+	}
+	return strings.Join(names, ", ")
 }
 
 // TestImportRules: every rule holds for the tree as it is.
 func TestImportRules(t *testing.T) {
 	mod := modulePath(t)
-	for _, r := range rules {
+	for _, r := range append(slices.Clone(rules), programRules(t)...) {
 		t.Run(r.name, func(t *testing.T) {
 			pkgs, err := goListDeps(r.goos, r.patterns)
 			if err != nil {

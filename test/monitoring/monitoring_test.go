@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/controller"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/driver"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin"
 )
 
 // dir holds the monitoring artifacts (the chart renders them with
@@ -51,7 +51,7 @@ var external = map[string]string{
 func exported(t *testing.T) map[string]string {
 	t.Helper()
 	known := map[string]string{}
-	for _, n := range driver.NewMetrics().Names() {
+	for _, n := range kubeletplugin.NewMetrics().Names() {
 		known[n] = "kubelet plugin"
 	}
 	for _, n := range controller.MetricNames() {
@@ -430,7 +430,7 @@ func unknownNames(file string, exprs []expression, known map[string]string) (map
 			if _, ok := external[n]; ok {
 				continue
 			}
-			problems = append(problems, fmt.Sprintf("%s: %s uses metric %s, which neither the kubelet plugin (driver.NewMetrics().Names()) nor the controller (controller.MetricNames()) exports, nor is it listed as external in monitoring_test.go",
+			problems = append(problems, fmt.Sprintf("%s: %s uses metric %s, which neither the kubelet plugin (kubeletplugin.NewMetrics().Names()) nor the controller (controller.MetricNames()) exports, nor is it listed as external in monitoring_test.go",
 				file, e.where, n))
 		}
 	}

@@ -18,7 +18,7 @@
 //
 // Stability: v1alpha1. Names and values may change between releases, with
 // a note in the release; within a release every component uses the same,
-// and CDI specs that earlier releases wrote keep parsing (internal/cdi's
+// and CDI specs that earlier releases wrote keep parsing (internal/kubeletplugin/cdi's
 // golden specs).
 //
 // Example, in a ResourceClaimTemplate:

@@ -27,10 +27,10 @@ import (
 	"slices"
 	"sync"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/atomicfile"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/filelock"
 )
 
 // Version is the format version this package writes and reads.
@@ -184,7 +184,7 @@ func (u *update) result() error {
 // to the first caller that queued meanwhile; all of which also happens
 // when the caller's goroutine ends in between.
 func (s *Store) commitGroup() {
-	unlock, err := s.lock(unix.LOCK_EX)
+	unlock, err := s.lock(filelock.Exclusive)
 	// Those that queued while the lock was awaited go with this group.
 	s.mu.Lock()
 	group := s.queue
@@ -292,7 +292,7 @@ func (cp *Checkpoint) clone() *Checkpoint {
 // Read returns the checkpoint as Update would see it, read under a shared
 // lock.
 func (s *Store) Read() (*Checkpoint, error) {
-	unlock, err := s.lock(unix.LOCK_SH)
+	unlock, err := s.lock(filelock.Shared)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +322,7 @@ type Opened struct {
 // of failing every call: no release can read it, and unprepare removes a
 // claim's spec by its UID whether or not the checkpoint knows the claim.
 func (s *Store) Open() (Opened, error) {
-	unlock, err := s.lock(unix.LOCK_EX)
+	unlock, err := s.lock(filelock.Exclusive)
 	if err != nil {
 		return Opened{}, err
 	}
@@ -343,11 +343,11 @@ func (s *Store) Open() (Opened, error) {
 	return Opened{Claims: len(cp.Claims), Stale: stale}, nil
 }
 
-// lock takes a flock(2) of kind how (unix.LOCK_EX or unix.LOCK_SH) on the
-// lock file, waiting as long as another holder keeps it; holders only do
-// local file I/O. Locks taken through different open files exclude each
-// other also within one process. The returned function releases it.
-func (s *Store) lock(how int) (unlock func(), err error) {
+// lock takes a flock(2) of kind mode on the lock file, waiting as long as
+// another holder keeps it (filelock.Wait); holders only do local file I/O.
+// Locks taken through different open files exclude each other also within
+// one process. The returned function releases it.
+func (s *Store) lock(mode filelock.Mode) (unlock func(), err error) {
 	dir := filepath.Dir(s.path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create checkpoint directory %s: %w", dir, err)
@@ -356,13 +356,7 @@ func (s *Store) lock(how int) (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint lock %s: %w", s.LockPath(), err)
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
+	if err := filelock.Wait(f, mode); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock checkpoint lock %s: %w", s.LockPath(), err)
 	}

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/testprocess"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/testprocess"
 )
 
 const (

@@ -48,11 +48,11 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1/limits"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/hook"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/filelock"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/hookargs"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
 )
@@ -204,12 +204,8 @@ func (p *Plugin) lock(ctx context.Context, retry time.Duration) (unlock func(), 
 		f, err = os.OpenFile(p.LockPath, os.O_RDWR|os.O_CREATE, 0o600)
 	}
 	logged := false
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+	err = filelock.Poll(ctx, f, filelock.Exclusive, retry, func(err error) bool {
+		if !errors.Is(err, filelock.ErrHeld) {
 			p.setStatus(false, "cannot lock %s: %v", p.LockPath, err)
 		} else {
 			p.setStatus(false, "waiting for another plugin instance on this node to give up its NRI registration (%s)", p.LockPath)
@@ -218,12 +214,11 @@ func (p *Plugin) lock(ctx context.Context, retry time.Duration) (unlock func(), 
 			logger.Info("Another plugin instance holds the NRI registration; waiting for it to stop", "lock", p.LockPath)
 			logged = true
 		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(retry):
-		}
+		return true
+	})
+	if err != nil {
+		f.Close()
+		return nil, ctx.Err()
 	}
 	return func() { f.Close() }, nil
 }
@@ -376,7 +371,7 @@ func SwapFromHooks(hookPath, podUID string, hooks *api.Hooks) (total int64, n in
 		if len(args) > 0 {
 			args = args[1:] // the program name
 		}
-		_, req, err := hook.ParseArgs(args)
+		_, req, err := hookargs.ParseArgs(args)
 		if err != nil {
 			return 0, 0, fmt.Errorf("hook %s: %w", hookPath, err)
 		}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/hookstate"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/limitcheck"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/testprocess"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/testprocess"
 )
 
 type fakeVerifier struct {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )

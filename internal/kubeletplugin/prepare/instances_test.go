@@ -18,7 +18,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 
-	"github.com/dra-driver-swap/dra-driver-swap/internal/testprocess"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/testprocess"
 )
 
 // These tests run two plugin instances on one node, as a rolling update of

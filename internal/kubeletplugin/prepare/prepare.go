@@ -23,11 +23,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/cdi"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 )
 
-// SpecWriter writes and removes per-claim CDI specs (internal/cdi.Writer).
+// SpecWriter writes and removes per-claim CDI specs (internal/kubeletplugin/cdi.Writer).
 type SpecWriter interface {
 	Write(edits cdi.ClaimEdits) error
 	Remove(claimUID string) error

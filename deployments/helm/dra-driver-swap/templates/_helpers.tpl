@@ -181,7 +181,7 @@ object.status.reservedFor.exists(c, c.resource == "pods" && !(has(oldObject.stat
 {{- end -}}
 
 
-{{/* The label keys the controller may set on pods (internal/podlabels:
+{{/* The label keys the controller may set on pods (internal/controller/podlabels:
 TopologyKeys and the allowlist), as a CEL list. */}}
 {{- define "dra-swap.podLabelKeys" -}}
 {{- $keys := list "topology.kubernetes.io/zone" "topology.kubernetes.io/region" "kubernetes.io/hostname" "node.kubernetes.io/swap-behavior" -}}
