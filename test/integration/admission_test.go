@@ -179,6 +179,7 @@ func refused(t *testing.T, what string, err error, want string) {
 // one else writes the driver's slices, and the controller changes only the
 // labels it owns on pods and nodes.
 func TestAdmissionPolicies(t *testing.T) {
+	t.Parallel()
 	s := framework.StartAPIServer(t)
 	ctx := context.Background()
 	installChartPolicies(t, s)

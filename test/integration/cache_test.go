@@ -29,6 +29,7 @@ import (
 // spec.driver is one the API serves for slices), and a claim is kept
 // trimmed, whatever the claim holds.
 func TestControllerCacheHoldsWhatItReads(t *testing.T) {
+	t.Parallel()
 	s := framework.StartAPIServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

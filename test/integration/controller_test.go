@@ -454,6 +454,7 @@ func (w *warnings) take() []string {
 }
 
 func TestController(t *testing.T) {
+	t.Parallel()
 	env := startController(t)
 	_, ctx := ktesting.NewTestContext(t)
 	env.node(ctx, "node-a", map[string]string{podlabels.Zone: "zone-a", podlabels.Region: "region-1", rackLabel: "r1", secretNode: "gold"}, v1alpha1.SwapBehaviorLimitedSwap, 4*gi)
@@ -1014,6 +1015,7 @@ func TestController(t *testing.T) {
 // Service drops it before it stops listening (failurePolicy Ignore
 // would otherwise pass pods unlabelled during a rollout or failover).
 func TestControllerDrains(t *testing.T) {
+	t.Parallel()
 	health := freePort(t)
 	env := startController(t, func(s *controllerSetup) {
 		s.config.HealthAddress = fmt.Sprintf("127.0.0.1:%d", health)

@@ -36,6 +36,7 @@ import (
 // 1,024-byte limit (listing every node made 4 kB, which the API server
 // refused and the broadcaster dropped).
 func TestSwapUnavailableEventStored(t *testing.T) {
+	t.Parallel()
 	const ns, nodes = "waiting", 40
 	s := framework.StartAPIServer(t)
 	_, ctx := ktesting.NewTestContext(t)

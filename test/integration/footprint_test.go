@@ -100,6 +100,7 @@ func (f *footprint) do(what string, wantCalls int64, call func() error) {
 // claim controller copies from a template make none. Latencies are
 // logged (docs/security.md quotes them); the test checks the calls, not time.
 func TestHungControllerCostsOthersNothing(t *testing.T) {
+	t.Parallel()
 	s := framework.StartAPIServer(t)
 	ctx := context.Background()
 	hung := startHungServer(t)

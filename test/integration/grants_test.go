@@ -136,6 +136,7 @@ var everyAccount = []string{
 // is proven by TestAdmissionPolicies, TestPluginClaimStatusPolicy,
 // TestControllerUpdatesOnlyCABundle and the Secret case below.
 func TestComponentGrants(t *testing.T) {
+	t.Parallel()
 	s := framework.StartAPIServer(t)
 	ctx := context.Background()
 	installChartPolicies(t, s)

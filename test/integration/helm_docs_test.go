@@ -32,6 +32,7 @@ func helmDocsBinary(t *testing.T) string {
 // README.md.gotmpl and values.yaml's comments now (`make chart-docs`),
 // generated in a copy of the chart without a warning.
 func TestChartREADME(t *testing.T) {
+	t.Parallel()
 	bin := helmDocsBinary(t)
 	dir := filepath.Join(t.TempDir(), "dra-driver-swap")
 	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
@@ -96,6 +97,7 @@ var schemaArgs = []string{"--draft", "7", "--indent", "2", "--use-helm-docs",
 // helm-values-schema-json generates from values.yaml (its `# @schema`
 // annotations and `# --` descriptions) now (`make chart-schema`).
 func TestChartSchema(t *testing.T) {
+	t.Parallel()
 	bin := os.Getenv("HELM_VALUES_SCHEMA_JSON")
 	if bin == "" {
 		bin = "../../_output/bin/helm-values-schema-json"

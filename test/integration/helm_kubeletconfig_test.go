@@ -45,6 +45,7 @@ func renderPluginDaemonSet(t *testing.T, args ...string) *appsv1.DaemonSet {
 // table, which gives a swap file's device in the pod, is mounted read-only
 // as a file.
 func TestChartKubeletConfigMount(t *testing.T) {
+	t.Parallel()
 	type mount struct {
 		hostPath, mountPath string
 		pathType            corev1.HostPathType

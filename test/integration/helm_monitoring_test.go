@@ -22,6 +22,7 @@ import (
 // controller's; the dashboard ConfigMap with files/grafana-dashboard.json
 // and the sidecar's label, both configurable.
 func TestChartMonitoring(t *testing.T) {
+	t.Parallel()
 	monitoringKinds := []string{"ServiceMonitor", "PrometheusRule", "ConfigMap"}
 	t.Run("defaults", func(t *testing.T) {
 		for _, u := range renderChart(t, "dra-swap").objs {

@@ -26,6 +26,7 @@ import (
 // plugin reads /proc/pressure/memory in its own procfs), so the pod
 // starts on every node.
 func TestChartPluginMounts(t *testing.T) {
+	t.Parallel()
 	writable := []string{"plugin-data", "plugins-registry", "cdi", "hook-state", "hook-bin", "cgroup"}
 	for name, values := range map[string][]string{
 		"default":    nil,

@@ -71,6 +71,7 @@ func chartValueSets() map[string][]string {
 // server-side (dry run) to a real kube-apiserver v1.37, the schema refusing
 // bad values, and deployments/static being the chart's current output.
 func TestChart(t *testing.T) {
+	t.Parallel()
 	s := framework.StartAPIServer(t)
 	ctx := context.Background()
 	valueSets := chartValueSets()

@@ -64,7 +64,8 @@ func helmTestObjects(t *testing.T, helmArgs ...string) (*corev1.Pod, *resourceap
 }
 
 // helmTestConfig is the run the test pod's arguments describe, with the
-// pod's Downward API environment set to pod.
+// pod's Downward API environment set to pod (t.Setenv: the tests that call
+// it are not parallel).
 func helmTestConfig(t *testing.T, spec *corev1.Pod, pod *corev1.Pod, extra ...string) installcheck.Config {
 	t.Helper()
 	for k, v := range map[string]string{"POD_NAMESPACE": pod.Namespace, "POD_NAME": pod.Name, "POD_UID": string(pod.UID)} {

@@ -92,6 +92,7 @@ var clusterScopedKinds = []string{"ClusterRole", "ClusterRoleBinding", "DeviceCl
 // fixed (a selector is immutable: another one breaks `helm upgrade` from
 // a release that had it).
 func TestChartLabels(t *testing.T) {
+	t.Parallel()
 	appVersion := chartAppVersion(t)
 	selector := func(component string) map[string]string {
 		return map[string]string{"app.kubernetes.io/name": "dra-driver-swap", "app.kubernetes.io/instance": "dra-driver-swap",
@@ -158,6 +159,7 @@ func TestChartLabels(t *testing.T) {
 // safe defaults, extraEnv, extraVolumes/extraVolumeMounts,
 // topologySpreadConstraints, logFormat and podAnnotations.
 func TestChartValues(t *testing.T) {
+	t.Parallel()
 	appVersion := chartAppVersion(t)
 	t.Run("defaults", func(t *testing.T) {
 		r := renderChart(t, "dra-swap")
@@ -369,6 +371,7 @@ func checkExtras(t *testing.T, c corev1.Container, pod corev1.PodSpec, env, volu
 // cannot verify the webhooks), and a PodDisruptionBudget that keeps every
 // controller replica (every node drain that reaches one blocks).
 func TestChartRefusesRunTimeFailures(t *testing.T) {
+	t.Parallel()
 	secret := "controller.webhook.tls.mode=secret,controller.webhook.tls.secretName=webhook-cert"
 	for _, c := range []struct {
 		set  string
@@ -418,6 +421,7 @@ func TestChartRefusesRunTimeFailures(t *testing.T) {
 // controller and the uninstall hook select kubernetes.io/os linux, and a
 // nodeSelector value is merged over it.
 func TestChartLinuxOnly(t *testing.T) {
+	t.Parallel()
 	linux := map[string]string{corev1.LabelOSStable: "linux"}
 	r := renderChart(t, "dra-swap")
 	jobs := r.kind("Job")

@@ -22,6 +22,7 @@ import (
 // kubectl keep the last of two equal keys silently; these tools refuse the
 // whole manifest.
 func TestChartStrictYAML(t *testing.T) {
+	t.Parallel()
 	renderings := map[string]string{}
 	for name, values := range chartValueSets() {
 		out, err := runHelm(t, append([]string{"template", "dra-driver-swap", chartDir, "--namespace", "dra-swap",
@@ -53,6 +54,7 @@ func TestChartStrictYAML(t *testing.T) {
 // it refuses a key twice in one mapping, at any depth, in any document,
 // with either parser, and accepts the same key in sibling mappings.
 func TestStrictYAMLErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, manifest string
 		want           []string

@@ -22,6 +22,7 @@ import (
 // running plugin's verifier writes memory limit + 100Mi back and tells the
 // pod in a SwapLimitRestored event, through the real API server.
 func TestPluginRestoresDriftedLimit(t *testing.T) {
+	t.Parallel()
 	ctx, client, h, cfg := runPlugin(t)
 	waitForSlice(t, ctx, client, "the device is published", capacityIs(2*gi))
 

@@ -26,6 +26,7 @@ import (
 // dra_swap_kubelet_config_readable 0; once the file appears, the behavior
 // is published, the Node is told, the metric is 1.
 func TestPluginWithoutKubeletConfig(t *testing.T) {
+	t.Parallel()
 	const configPath = "/etc/kubernetes/kubelet.yaml"
 	metricsPort := freePort(t)
 	ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) {
@@ -57,6 +58,7 @@ func TestPluginWithoutKubeletConfig(t *testing.T) {
 // the node's swap, stores a PSIUnavailable event on the Node saying how to
 // turn PSI on, and exports dra_swap_psi_available 0.
 func TestPluginWithoutPSI(t *testing.T) {
+	t.Parallel()
 	metricsPort := freePort(t)
 	ctx, client, h, _ := runPlugin(t, func(c *kubeletplugin.Config) {
 		c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
@@ -81,6 +83,7 @@ func TestPluginWithoutPSI(t *testing.T) {
 // pod) gets the medium of the device of the host mount that holds it,
 // found in the host's mount table.
 func TestPluginSwapFileMedium(t *testing.T) {
+	t.Parallel()
 	ctx, client, h, _ := runPlugin(t)
 	h.write("proc/1/mountinfo", "20 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"+
 		"30 20 0:25 / /run rw,nosuid,nodev shared:5 - tmpfs tmpfs rw\n")
@@ -116,6 +119,7 @@ func waitForMetric(t *testing.T, ctx context.Context, port int, line string) {
 // exports dra_swap_hook_runs 0; once the mount allows execution, the
 // swap is offered again and the Node told (root: it mounts a tmpfs).
 func TestPluginHookOnANoexecMount(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("mounts a noexec tmpfs: needs root")
 	}

@@ -40,6 +40,7 @@ import (
 // without memory.reclaim; zswap disabled), and prepared where it can; the
 // device's offload attribute says which, rescan by rescan.
 func TestPluginOffloadSupport(t *testing.T) {
+	t.Parallel()
 	ctx, client, h, cfg := runPlugin(t, func(c *kubeletplugin.Config) { c.OffloadInterval = 0 })
 	waitForSlice(t, ctx, client, "a cgroup v1 node does not offload", func(d *resourceapi.Device) bool { return d != nil && attr(d, "offload") == "false" })
 
@@ -113,6 +114,7 @@ func TestPluginOffloadSupport(t *testing.T) {
 // the claim's status carries its figures, and a stall above the budget
 // pauses it with an event on the pod.
 func TestPluginOffloadPrepared(t *testing.T) {
+	t.Parallel()
 	metricsPort := freePort(t)
 	ctx, client, h, cfg := runPluginOn(t, newV2Host, func(c *kubeletplugin.Config) {
 		c.OffloadInterval, c.Offload, c.OffloadMaxPassBytes = 200*time.Millisecond, offload.DefaultParams(), 256*mi

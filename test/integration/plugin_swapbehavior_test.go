@@ -76,6 +76,7 @@ func withheldUnder(behavior string) func(*resourceapi.Device) bool {
 // under LimitedSwap, with a SwapOfferedUnsafely event saying what that
 // risks, and still none under the behaviors not named.
 func TestPluginSwapBehavior(t *testing.T) {
+	t.Parallel()
 	t.Run("defaults", func(t *testing.T) {
 		unsafe := unsafeOfferSwapUnder(t)
 		if len(unsafe) != 0 {
@@ -147,6 +148,7 @@ func TestPluginSwapBehavior(t *testing.T) {
 // deleted file stands in for the mount (the plugin runs in the test's
 // process).
 func TestPluginKubeletConfigReplaced(t *testing.T) {
+	t.Parallel()
 	api := framework.StartAPIServer(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)

@@ -210,6 +210,7 @@ func attr(d *resourceapi.Device, name resourceapi.QualifiedName) string {
 // server and a fake host tree, and follows its ResourceSlice through swap
 // and configuration changes on the node.
 func TestPluginPublishesSwap(t *testing.T) {
+	t.Parallel()
 	ctx, client, h, _ := runPlugin(t)
 
 	dev := waitForSlice(t, ctx, client, "capacity is 2Gi", capacityIs(2*gi))
@@ -291,6 +292,7 @@ func TestPluginPublishesSwap(t *testing.T) {
 // TestPluginPreparesOverGRPC calls the plugin's kubelet DRA gRPC v1 service
 // the way the kubelet does, for a claim allocated in the API server.
 func TestPluginPreparesOverGRPC(t *testing.T) {
+	t.Parallel()
 	metricsPort := freePort(t)
 	ctx, client, h, cfg := runPlugin(t, func(c *kubeletplugin.Config) { c.MetricsAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort) })
 	waitForSlice(t, ctx, client, "the device is published", capacityIs(2*gi))

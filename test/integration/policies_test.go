@@ -33,6 +33,7 @@ import (
 // chart does not render, and that the controller's own CA injection
 // (internal/controller/servingcert, with that token) still works.
 func TestControllerUpdatesOnlyCABundle(t *testing.T) {
+	t.Parallel()
 	s := framework.StartAPIServer(t)
 	ctx := context.Background()
 	createChartNamespace(t, s)
@@ -310,6 +311,7 @@ func injectWithToken(t *testing.T, client kubernetes.Interface) {
 // node, and that its own server-side apply of those entries (as
 // internal/kubeletplugin's claim status writer does) works.
 func TestPluginClaimStatusPolicy(t *testing.T) {
+	t.Parallel()
 	for _, gate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("DRAResourceClaimGranularStatusAuthorization=%t", gate), func(t *testing.T) {
 			testPluginClaimStatus(t, framework.StartAPIServer(t, framework.WithFeatureGate("DRAResourceClaimGranularStatusAuthorization", gate)), !gate)

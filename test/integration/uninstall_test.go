@@ -36,6 +36,7 @@ const labelCleanupSA = "dra-driver-swap-label-cleanup"
 // controller made), which the garbage collector deletes with it (the e2e
 // TestUninstallAndReinstall sees that happen).
 func TestUninstall(t *testing.T) {
+	t.Parallel()
 	s := framework.StartAPIServer(t)
 	ctx := context.Background()
 	installChartPolicies(t, s)

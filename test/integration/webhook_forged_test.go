@@ -150,6 +150,7 @@ func allocatedOn(c *resourceapi.ResourceClaim, node string) *resourceapi.Resourc
 // each is answered within answerBound with at most maxForgedAPIRequests
 // API requests, and changes no pod the API does not say it should.
 func TestForgedWebhookReviews(t *testing.T) {
+	t.Parallel()
 	counter := &requestCounter{}
 	env := startController(t, func(s *controllerSetup) {
 		base := s.restConfig
@@ -363,6 +364,7 @@ func bindingCalls(t *testing.T) float64 {
 // stored; it never rides on the Binding. In namespaces mode, bindings in
 // other namespaces never reach the controller.
 func TestBindingLabelsThroughControllerPatch(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []podlabels.Selection{podlabels.SelectAll, podlabels.SelectNamespaces} {
 		t.Run(string(mode), func(t *testing.T) {
 			selector := &metav1.LabelSelector{MatchLabels: map[string]string{"swap-labels": "enabled"}}

@@ -80,6 +80,7 @@ func manyRequestsReview(t *testing.T, n int) []byte {
 // claim with SwapConfig admitted, a reserved pod labelled); a sender that
 // stalls holds its slot for no longer than webhook.BodyReadTimeout.
 func TestWebhookInFlightCap(t *testing.T) {
+	t.Parallel()
 	env := startController(t)
 	_, ctx := ktesting.NewTestContext(t)
 	env.t = t
@@ -172,7 +173,8 @@ func TestWebhookInFlightCap(t *testing.T) {
 // TestForgedReviewAllocation: a 3 MB forged review of a claim with 30,000
 // requests is refused from its request count without the requests being
 // decoded: serving it allocates a small multiple of its body, measured in
-// this process, where the controller runs.
+// this process, where the controller runs. Not parallel: the other tests'
+// allocations would count.
 func TestForgedReviewAllocation(t *testing.T) {
 	env := startController(t)
 	body := manyRequestsReview(t, 30000)
@@ -200,6 +202,7 @@ func TestForgedReviewAllocation(t *testing.T) {
 // pod's first), whatever the reviews' number; meanwhile a real pod's
 // reservation is labelled in the write that binds it.
 func TestForgedReviewsCostNoAPICalls(t *testing.T) {
+	t.Parallel()
 	counter := &requestCounter{}
 	env := startController(t, func(s *controllerSetup) {
 		base := s.restConfig
