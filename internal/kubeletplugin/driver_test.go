@@ -9,6 +9,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish/publishtest"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -37,13 +38,13 @@ func TestHealthReport(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			fake := &fakeNode{}
+			fake := &publishtest.Node{}
 			p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: fake}
-			if err := p.TakeOver(ctx, &sliceRecorder{}); err != nil {
+			if err := p.TakeOver(ctx, &publishtest.SliceRecorder{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, n := range tc.syncs {
-				fake.facts, fake.prepared = facts(n.total), n.prepared
+				fake.Facts, fake.Prepared = publishtest.Facts(n.total), n.prepared
 				if _, err := p.Sync(ctx); err != nil {
 					t.Fatalf("sync %+v: %v", n, err)
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish/publishtest"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -21,7 +22,7 @@ import (
 // taint event uses, with a bounded note.
 func TestPublisherKubeletConfigEvents(t *testing.T) {
 	unreadable := func(problem string) discovery.Facts {
-		f := facts(1 << 30)
+		f := publishtest.Facts(1 << 30)
 		f.SwapBehavior, f.SwapBehaviorProblem = v1alpha1.SwapBehaviorUnknown, problem
 		return f
 	}
@@ -35,30 +36,30 @@ func TestPublisherKubeletConfigEvents(t *testing.T) {
 			wantEvent: publish.ReasonKubeletConfigUnreadable, wantInNote: "/host/etc/kubelet.yaml"},
 		{name: "still missing", facts: unreadable("read kubelet configuration: open /host/etc/kubelet.yaml: no such file or directory")},
 		{name: "another problem, still unreadable", facts: unreadable("parse kubelet configuration /host/etc/kubelet.yaml: error")},
-		{name: "read again", facts: facts(1 << 30), wantEvent: publish.ReasonKubeletConfigRead, wantInNote: "swapBehavior NoSwap"},
-		{name: "still readable", facts: facts(1 << 30)},
+		{name: "read again", facts: publishtest.Facts(1 << 30), wantEvent: publish.ReasonKubeletConfigRead, wantInNote: "swapBehavior NoSwap"},
+		{name: "still readable", facts: publishtest.Facts(1 << 30)},
 		{name: "a long problem is cut", facts: unreadable(strings.Repeat("x", 5000)), wantEvent: publish.ReasonKubeletConfigUnreadable, wantInNote: eventmsg.Marker},
 	}
 
 	_, ctx := ktesting.NewTestContext(t)
-	node := &fakeNode{}
-	reporter := &eventRecorder{}
-	written := &sliceRecorder{}
+	node := &publishtest.Node{}
+	reporter := &publishtest.EventRecorder{}
+	written := &publishtest.SliceRecorder{}
 	p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
 	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range steps {
-		before := len(reporter.events)
-		node.facts = s.facts
+		before := len(reporter.Events)
+		node.Facts = s.facts
 		if _, err := p.Sync(ctx); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		// The swap behavior's own events (Unknown is a conflict) are
 		// TestPublisherSwapBehaviorEvents'.
-		var got []nodeEvent
-		for _, e := range reporter.events[before:] {
-			if strings.HasPrefix(e.reason, "KubeletConfig") {
+		var got []publishtest.NodeEvent
+		for _, e := range reporter.Events[before:] {
+			if strings.HasPrefix(e.Reason, "KubeletConfig") {
 				got = append(got, e)
 			}
 		}
@@ -76,18 +77,18 @@ func TestPublisherKubeletConfigEvents(t *testing.T) {
 		if s.wantEvent == publish.ReasonKubeletConfigRead {
 			wantType = corev1.EventTypeNormal
 		}
-		if e.eventType != wantType || e.reason != s.wantEvent || e.action != "ReadKubeletConfig" {
-			t.Errorf("%s: event %s/%s/%s, want %s/%s/ReadKubeletConfig", s.name, e.eventType, e.reason, e.action, wantType, s.wantEvent)
+		if e.EventType != wantType || e.Reason != s.wantEvent || e.Action != "ReadKubeletConfig" {
+			t.Errorf("%s: event %s/%s/%s, want %s/%s/ReadKubeletConfig", s.name, e.EventType, e.Reason, e.Action, wantType, s.wantEvent)
 		}
-		if !strings.Contains(e.message, s.wantInNote) || len(e.message) > eventmsg.NoteLimit {
-			t.Errorf("%s: note (%d bytes) %q, want at most %d bytes mentioning %q", s.name, len(e.message), e.message, eventmsg.NoteLimit, s.wantInNote)
+		if !strings.Contains(e.Message, s.wantInNote) || len(e.Message) > eventmsg.NoteLimit {
+			t.Errorf("%s: note (%d bytes) %q, want at most %d bytes mentioning %q", s.name, len(e.Message), e.Message, eventmsg.NoteLimit, s.wantInNote)
 		}
-		if e.action == publish.TaintAction("Taint", v1alpha1.TaintOvercommitted) || e.action == publish.TaintAction("Untaint", v1alpha1.TaintOvercommitted) {
-			t.Errorf("%s: action %s is a taint's", s.name, e.action)
+		if e.Action == publish.TaintAction("Taint", v1alpha1.TaintOvercommitted) || e.Action == publish.TaintAction("Untaint", v1alpha1.TaintOvercommitted) {
+			t.Errorf("%s: action %s is a taint's", s.name, e.Action)
 		}
 	}
 	// What the last step published: the behavior as Unknown.
-	last := written.published[len(written.published)-1].Pools["node-a"].Slices[0].Devices[0]
+	last := written.Published[len(written.Published)-1].Pools["node-a"].Slices[0].Devices[0]
 	if got := last.Attributes[v1alpha1.AttrSwapBehavior].StringValue; got == nil || *got != v1alpha1.SwapBehaviorUnknown {
 		t.Errorf("published swapBehavior %v, want %s", got, v1alpha1.SwapBehaviorUnknown)
 	}

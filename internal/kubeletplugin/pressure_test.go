@@ -14,6 +14,7 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish/publishtest"
 )
 
 // The watcher turns the monitor's transitions into the device's taints,
@@ -48,7 +49,7 @@ func TestPressureWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
-	reporter := &eventRecorder{}
+	reporter := &publishtest.EventRecorder{}
 	kicks := 0
 	metrics := NewMetrics()
 	w := newPressureWatcher(pressure.Source{Root: root, CgroupV2KubepodsPath: kubepodsCgroup(root, 2)}, monitor, metrics, reporter, clk)
@@ -83,14 +84,14 @@ func TestPressureWatcher(t *testing.T) {
 		taints[0].Effect != "NoSchedule" || taints[0].TimeAdded == nil {
 		t.Fatalf("taints %+v, want memory-pressure and swap-full", taints)
 	}
-	events := reporter.events
-	if kicks != 1 || len(events) != 2 || events[0].reason != ReasonPressureTainted || !strings.Contains(events[0].message, "dra.swap/memory-pressure=") {
+	events := reporter.Events
+	if kicks != 1 || len(events) != 2 || events[0].Reason != ReasonPressureTainted || !strings.Contains(events[0].Message, "dra.swap/memory-pressure=") {
 		t.Fatalf("kicks %d, events %+v", kicks, events)
 	}
 	// Two taints set at once are two events the events API keeps apart:
 	// it folds events with the same object, reason and action.
-	if events[0].action != "TaintMemoryPressure" || events[1].action != "TaintSwapFull" {
-		t.Errorf("actions %q and %q, want TaintMemoryPressure and TaintSwapFull", events[0].action, events[1].action)
+	if events[0].Action != "TaintMemoryPressure" || events[1].Action != "TaintSwapFull" {
+		t.Errorf("actions %q and %q, want TaintMemoryPressure and TaintSwapFull", events[0].Action, events[1].Action)
 	}
 	page := scrapeHandler(t, metrics)
 	for _, want := range []string{
@@ -112,8 +113,8 @@ func TestPressureWatcher(t *testing.T) {
 		t.Fatalf("taints cleared before the dwell time: %v", w.Taints())
 	}
 	step(10 * time.Second)
-	events = reporter.events
-	if len(w.Taints()) != 0 || kicks != 2 || len(events) != 4 || events[3].reason != ReasonPressureCleared {
+	events = reporter.Events
+	if len(w.Taints()) != 0 || kicks != 2 || len(events) != 4 || events[3].Reason != ReasonPressureCleared {
 		t.Fatalf("taints %v, kicks %d, events %+v after clearing", w.Taints(), kicks, events)
 	}
 	// A kernel without PSI: swap-full still works, and the metric and one
@@ -128,16 +129,16 @@ func TestPressureWatcher(t *testing.T) {
 	if page := scrapeHandler(t, metrics); !strings.Contains(page, "dra_swap_psi_available 0") {
 		t.Errorf("metrics do not say PSI is unavailable")
 	}
-	events = reporter.events[4:]
-	if len(events) != 1 || events[0].reason != ReasonPSIUnavailable || events[0].eventType != "Warning" || events[0].action != "ReadPSI" ||
-		!strings.Contains(events[0].message, "psi=1") || !strings.Contains(events[0].message, "/proc/pressure/memory does not exist") {
+	events = reporter.Events[4:]
+	if len(events) != 1 || events[0].Reason != ReasonPSIUnavailable || events[0].EventType != "Warning" || events[0].Action != "ReadPSI" ||
+		!strings.Contains(events[0].Message, "psi=1") || !strings.Contains(events[0].Message, "/proc/pressure/memory does not exist") {
 		t.Fatalf("events %+v, want one PSIUnavailable saying why and psi=1", events)
 	}
 	write("proc/pressure/memory", psi("0.10", "0.00"))
 	step(time.Second)
 	step(time.Second)
-	events = reporter.events[5:]
-	if len(events) != 1 || events[0].reason != ReasonPSIAvailable || events[0].eventType != "Normal" {
+	events = reporter.Events[5:]
+	if len(events) != 1 || events[0].Reason != ReasonPSIAvailable || events[0].EventType != "Normal" {
 		t.Fatalf("events %+v, want one PSIAvailable", events)
 	}
 	if page := scrapeHandler(t, metrics); !strings.Contains(page, "dra_swap_psi_available 1") {
@@ -160,7 +161,7 @@ func TestPressureWatcherWithoutPSI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reporter := &eventRecorder{}
+	reporter := &publishtest.EventRecorder{}
 	metrics := NewMetrics()
 	own := filepath.Join(t.TempDir(), "proc", "pressure", "memory") // the plugin's own /proc, without PSI
 	w := newPressureWatcher(pressure.Source{Root: root, NodePressureFile: own}, monitor, metrics, reporter,
@@ -168,8 +169,8 @@ func TestPressureWatcherWithoutPSI(t *testing.T) {
 	for range 3 {
 		w.step(ctx)
 	}
-	if len(reporter.events) != 1 || reporter.events[0].reason != ReasonPSIUnavailable || !strings.Contains(reporter.events[0].message, own+" does not exist") {
-		t.Errorf("events %+v, want one PSIUnavailable naming %s", reporter.events, own)
+	if len(reporter.Events) != 1 || reporter.Events[0].Reason != ReasonPSIUnavailable || !strings.Contains(reporter.Events[0].Message, own+" does not exist") {
+		t.Errorf("events %+v, want one PSIUnavailable naming %s", reporter.Events, own)
 	}
 	if page := scrapeHandler(t, metrics); !strings.Contains(page, "dra_swap_psi_available 0") {
 		t.Errorf("metrics do not say PSI is unavailable")

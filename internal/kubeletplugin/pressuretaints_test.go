@@ -20,6 +20,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/pressure"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish/publishtest"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -96,23 +97,23 @@ func TestPublisherKeepsPublishedTaints(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakePassiveClock(added.Add(time.Hour))
-	reporter := &eventRecorder{}
-	node := &fakeNode{facts: facts(512 << 20), prepared: 768 << 20,
-		published: func(ctx context.Context) (*resourceapi.Device, error) {
+	reporter := &publishtest.EventRecorder{}
+	node := &publishtest.Node{Facts: publishtest.Facts(512 << 20), Prepared: 768 << 20,
+		Publish: func(ctx context.Context) (*resourceapi.Device, error) {
 			return publish.PublishedDevice(ctx, client, "dra.swap", "node-a")
 		}}
 	w := newPressureWatcher(pressure.Source{Root: root}, monitor, NewMetrics(), reporter, clk)
 	p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: filepath.Join(t.TempDir(), "publish.lock"),
 		Node: node, Reporter: reporter, Taints: w, Clock: clk}
-	written := &sliceRecorder{}
+	written := &publishtest.SliceRecorder{}
 	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
-	published := func() []resourceslice.DriverResources { return written.published }
+	published := func() []resourceslice.DriverResources { return written.Published }
 	events := func() []string {
 		var reasons []string
-		for _, e := range reporter.events {
-			reasons = append(reasons, e.reason)
+		for _, e := range reporter.Events {
+			reasons = append(reasons, e.Reason)
 		}
 		return reasons
 	}

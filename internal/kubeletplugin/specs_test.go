@@ -23,6 +23,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/cdi"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/checkpoint"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/prepare"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish/publishtest"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/swapsettings"
 )
 
@@ -125,23 +126,23 @@ func TestSpecReconcilerTellsTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := &eventRecorder{}
+	events := &publishtest.EventRecorder{}
 	metrics := NewMetrics()
 	r := &specReconciler{manager: manager, cluster: failingFor{cluster, "w1"}, events: events, metrics: metrics}
 	r.startUp(ctx, opened, store.Path())
 
-	if len(events.events) != 1 {
-		t.Fatalf("events %+v, want one", events.events)
+	if len(events.Events) != 1 {
+		t.Fatalf("events %+v, want one", events.Events)
 	}
-	e := events.events[0]
-	t.Logf("%s %s: %s", e.eventType, e.reason, e.message)
+	e := events.Events[0]
+	t.Logf("%s %s: %s", e.EventType, e.Reason, e.Message)
 	for _, want := range []string{"set aside as " + store.Path() + ".unusable", "Rebuilt 1 prepared claims", "removed 1 specs", "kept 1 CDI specs",
 		"claim " + string(claims[1].UID) + " (the API server did not confirm which claim it is: "} {
-		if !strings.Contains(e.message, want) {
-			t.Errorf("event note %q lacks %q", e.message, want)
+		if !strings.Contains(e.Message, want) {
+			t.Errorf("event note %q lacks %q", e.Message, want)
 		}
 	}
-	if e.eventType != corev1.EventTypeWarning || e.reason != reasonCheckpointUnusable || e.action != actionReconcileSpecs || len(e.message) > eventmsg.NoteLimit {
+	if e.EventType != corev1.EventTypeWarning || e.Reason != reasonCheckpointUnusable || e.Action != actionReconcileSpecs || len(e.Message) > eventmsg.NoteLimit {
 		t.Errorf("event %+v, want a Warning %s within %d bytes", e, reasonCheckpointUnusable, eventmsg.NoteLimit)
 	}
 	if page := scrapeHandler(t, metrics); !strings.Contains(page, "\ndra_swap_kept_cdi_specs 1\n") {
@@ -155,14 +156,14 @@ func TestSpecReconcilerTellsTheNode(t *testing.T) {
 
 	// Still kept: nothing new to say.
 	r.tellKept(mustPass(t, ctx, r))
-	if len(events.events) != 1 {
-		t.Errorf("events %+v after a pass that kept nothing new", events.events[1:])
+	if len(events.Events) != 1 {
+		t.Errorf("events %+v after a pass that kept nothing new", events.Events[1:])
 	}
 	// The API server answers: the last kept spec is confirmed.
 	r.cluster = cluster
 	r.tellKept(mustPass(t, ctx, r))
-	if n := len(events.events); n != 2 || events.events[1].reason != reasonSpecsResolved || events.events[1].eventType != corev1.EventTypeNormal {
-		t.Errorf("events %+v, want a Normal %s last", events.events, reasonSpecsResolved)
+	if n := len(events.Events); n != 2 || events.Events[1].Reason != reasonSpecsResolved || events.Events[1].EventType != corev1.EventTypeNormal {
+		t.Errorf("events %+v, want a Normal %s last", events.Events, reasonSpecsResolved)
 	}
 	if page := scrapeHandler(t, metrics); !strings.Contains(page, "\ndra_swap_kept_cdi_specs 0\n") {
 		t.Errorf("metrics lack dra_swap_kept_cdi_specs 0:\n%s", page)
@@ -212,13 +213,13 @@ func TestKeptNoteIsBounded(t *testing.T) {
 		}
 	}
 	manager := prepare.NewManager(prepare.Options{DriverName: "dra.swap", PoolName: specsNode, Node: specsNodeInfo{}}, writer, store, cluster)
-	events := &eventRecorder{}
+	events := &publishtest.EventRecorder{}
 	r := &specReconciler{manager: manager, cluster: cluster, events: events, metrics: NewMetrics()}
 	r.startUp(ctx, checkpoint.Opened{}, store.Path())
-	if len(events.events) != 1 || events.events[0].reason != reasonSpecsKept {
-		t.Fatalf("events %+v, want one %s", events.events, reasonSpecsKept)
+	if len(events.Events) != 1 || events.Events[0].Reason != reasonSpecsKept {
+		t.Fatalf("events %+v, want one %s", events.Events, reasonSpecsKept)
 	}
-	note := events.events[0].message
+	note := events.Events[0].Message
 	if len(note) > eventmsg.NoteLimit || !strings.Contains(note, "Kept 40 CDI specs") || !strings.Contains(note, "claim 11111111-0000-4000-8000-000000000000 (") ||
 		!strings.Contains(note, " more.") {
 		t.Errorf("note (%d bytes) %q, want 40 counted, the first named and the rest counted, within %d bytes", len(note), note, eventmsg.NoteLimit)

@@ -15,6 +15,7 @@ import (
 	"github.com/dra-driver-swap/dra-driver-swap/internal/eventmsg"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish/publishtest"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -30,7 +31,7 @@ import (
 // risks.
 func TestPublisherSwapBehaviorEvents(t *testing.T) {
 	withBehavior := func(b string) discovery.Facts {
-		f := facts(1 << 30)
+		f := publishtest.Facts(1 << 30)
 		f.SwapBehavior = b
 		return f
 	}
@@ -80,21 +81,21 @@ func TestPublisherSwapBehaviorEvents(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			node := &fakeNode{}
-			reporter := &eventRecorder{}
-			written := &sliceRecorder{}
+			node := &publishtest.Node{}
+			reporter := &publishtest.EventRecorder{}
+			written := &publishtest.SliceRecorder{}
 			p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1, UnsafeOfferUnder: tc.unsafe}, Node: node, Reporter: reporter}
 			if err := p.TakeOver(ctx, written); err != nil {
 				t.Fatal(err)
 			}
 			d := &driver{poolName: "node-a", publisher: p}
 			for i, s := range tc.steps {
-				before := len(reporter.events)
-				node.facts = withBehavior(s.behavior)
+				before := len(reporter.Events)
+				node.Facts = withBehavior(s.behavior)
 				if _, err := p.Sync(ctx); err != nil {
 					t.Fatalf("step %d (%s): %v", i, s.behavior, err)
 				}
-				dev := written.published[len(written.published)-1].Pools["node-a"].Slices[0].Devices[0]
+				dev := written.Published[len(written.Published)-1].Pools["node-a"].Slices[0].Devices[0]
 				if got := dev.Capacity[v1alpha1.CapacitySwap].Value; got.Value() != s.wantOffer || p.Offer() != s.wantOffer {
 					t.Errorf("step %d (%s): capacity %v, prepare's offer %d; want %d", i, s.behavior, got.String(), p.Offer(), s.wantOffer)
 				}
@@ -116,29 +117,29 @@ func TestPublisherSwapBehaviorEvents(t *testing.T) {
 					t.Errorf("step %d (%s): health message %q does not name the behavior in one short line", i, s.behavior, h.Message)
 				}
 
-				got := reporter.events[before:]
+				got := reporter.Events[before:]
 				if s.wantEvent == "" {
 					if len(got) != 0 {
 						t.Errorf("step %d (%s): events %+v, want none", i, s.behavior, got)
 					}
 					continue
 				}
-				var mine []nodeEvent
+				var mine []publishtest.NodeEvent
 				for _, e := range got {
-					if !strings.HasPrefix(e.reason, "KubeletConfig") {
+					if !strings.HasPrefix(e.Reason, "KubeletConfig") {
 						mine = append(mine, e)
 					}
 				}
-				if len(mine) != 1 || mine[0].eventType+" "+mine[0].reason+" "+mine[0].action != s.wantEvent {
+				if len(mine) != 1 || mine[0].EventType+" "+mine[0].Reason+" "+mine[0].Action != s.wantEvent {
 					t.Fatalf("step %d (%s): events %+v, want one %s", i, s.behavior, got, s.wantEvent)
 				}
 				for _, want := range s.wantInNote {
-					if !strings.Contains(mine[0].message, want) {
-						t.Errorf("step %d (%s): note %q lacks %q", i, s.behavior, mine[0].message, want)
+					if !strings.Contains(mine[0].Message, want) {
+						t.Errorf("step %d (%s): note %q lacks %q", i, s.behavior, mine[0].Message, want)
 					}
 				}
-				if n := len(mine[0].message); n > eventmsg.NoteLimit || strings.Contains(mine[0].message, eventmsg.Marker) {
-					t.Errorf("step %d (%s): note of %d bytes, cut or over the API's limit: %q", i, s.behavior, n, mine[0].message)
+				if n := len(mine[0].Message); n > eventmsg.NoteLimit || strings.Contains(mine[0].Message, eventmsg.Marker) {
+					t.Errorf("step %d (%s): note of %d bytes, cut or over the API's limit: %q", i, s.behavior, n, mine[0].Message)
 				}
 			}
 		})
@@ -150,30 +151,30 @@ func TestPublisherSwapBehaviorEvents(t *testing.T) {
 // overcommit taint's event names that cause instead of a shrunken swap.
 func TestPublisherOvercommitUnderSwapBehavior(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	node := &fakeNode{facts: facts(1 << 30), prepared: 256 << 20}
-	reporter := &eventRecorder{}
+	node := &publishtest.Node{Facts: publishtest.Facts(1 << 30), Prepared: 256 << 20}
+	reporter := &publishtest.EventRecorder{}
 	p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
-	if err := p.TakeOver(ctx, &sliceRecorder{}); err != nil {
+	if err := p.TakeOver(ctx, &publishtest.SliceRecorder{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	node.facts.SwapBehavior = v1alpha1.SwapBehaviorLimitedSwap
+	node.Facts.SwapBehavior = v1alpha1.SwapBehaviorLimitedSwap
 	if _, err := p.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var overcommit *nodeEvent
-	for i, e := range reporter.events {
-		if e.reason == publish.ReasonOvercommitted {
-			overcommit = &reporter.events[i]
+	var overcommit *publishtest.NodeEvent
+	for i, e := range reporter.Events {
+		if e.Reason == publish.ReasonOvercommitted {
+			overcommit = &reporter.Events[i]
 		}
 	}
-	if overcommit == nil || overcommit.eventType != corev1.EventTypeWarning ||
-		!strings.Contains(overcommit.message, "hold 256Mi but the node offers 0 now") ||
-		!strings.Contains(overcommit.message, "it offers none: the kubelet's swapBehavior LimitedSwap") ||
-		strings.Contains(overcommit.message, "shrank") {
-		t.Errorf("overcommit event %+v; events %+v", overcommit, reporter.events)
+	if overcommit == nil || overcommit.EventType != corev1.EventTypeWarning ||
+		!strings.Contains(overcommit.Message, "hold 256Mi but the node offers 0 now") ||
+		!strings.Contains(overcommit.Message, "it offers none: the kubelet's swapBehavior LimitedSwap") ||
+		strings.Contains(overcommit.Message, "shrank") {
+		t.Errorf("overcommit event %+v; events %+v", overcommit, reporter.Events)
 	}
 }
 
@@ -198,9 +199,9 @@ func deviceTaintList(taints []resourceapi.DeviceTaint) []string {
 // new file.
 func TestPublisherKubeletConfigReplaced(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	node := &fakeNode{facts: facts(1 << 30)}
-	reporter := &eventRecorder{}
-	written := &sliceRecorder{}
+	node := &publishtest.Node{Facts: publishtest.Facts(1 << 30)}
+	reporter := &publishtest.EventRecorder{}
+	written := &publishtest.SliceRecorder{}
 	p := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
 	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
@@ -208,32 +209,32 @@ func TestPublisherKubeletConfigReplaced(t *testing.T) {
 	if _, err := p.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	node.facts.SwapBehavior = v1alpha1.SwapBehaviorUnknown
-	node.facts.SwapBehaviorProblem = "kubelet configuration /host/var/lib/kubelet/config.yaml: " + discovery.ErrKubeletConfigReplaced.Error()
-	node.facts.KubeletConfigReplaced = true
+	node.Facts.SwapBehavior = v1alpha1.SwapBehaviorUnknown
+	node.Facts.SwapBehaviorProblem = "kubelet configuration /host/var/lib/kubelet/config.yaml: " + discovery.ErrKubeletConfigReplaced.Error()
+	node.Facts.KubeletConfigReplaced = true
 	published, err := p.Sync(ctx)
 	if !published || !errors.Is(err, discovery.ErrKubeletConfigReplaced) {
 		t.Fatalf("Sync = %v, %v; want published and ErrKubeletConfigReplaced", published, err)
 	}
-	dev := written.published[len(written.published)-1].Pools["node-a"].Slices[0].Devices[0]
+	dev := written.Published[len(written.Published)-1].Pools["node-a"].Slices[0].Devices[0]
 	if got := dev.Capacity[v1alpha1.CapacitySwap].Value; !got.IsZero() || len(dev.Taints) != 1 || dev.Taints[0].Value != v1alpha1.SwapBehaviorUnknown {
 		t.Errorf("published capacity %v, taints %v; want 0 and the Unknown behavior's taint", got.String(), dev.Taints)
 	}
 	var told bool
-	for _, e := range reporter.events {
-		told = told || e.reason == publish.ReasonKubeletConfigUnreadable && strings.Contains(e.message, "replaced on the host") &&
-			strings.Contains(e.message, "The plugin exits, and its restarted container reads the new file")
+	for _, e := range reporter.Events {
+		told = told || e.Reason == publish.ReasonKubeletConfigUnreadable && strings.Contains(e.Message, "replaced on the host") &&
+			strings.Contains(e.Message, "The plugin exits, and its restarted container reads the new file")
 	}
 	if !told {
-		t.Errorf("events %+v, want a KubeletConfigUnreadable saying the file was replaced and the plugin restarts", reporter.events)
+		t.Errorf("events %+v, want a KubeletConfigUnreadable saying the file was replaced and the plugin restarts", reporter.Events)
 	}
 	var conflict bool
-	for _, e := range reporter.events {
-		conflict = conflict || e.reason == publish.ReasonSwapBehaviorConflict && strings.Contains(e.message, "wait for the plugin's restart") &&
-			!strings.Contains(e.message, "point the chart's kubeletPlugin.kubeletConfig")
+	for _, e := range reporter.Events {
+		conflict = conflict || e.Reason == publish.ReasonSwapBehaviorConflict && strings.Contains(e.Message, "wait for the plugin's restart") &&
+			!strings.Contains(e.Message, "point the chart's kubeletPlugin.kubeletConfig")
 	}
 	if !conflict {
-		t.Errorf("events %+v, want a SwapBehaviorConflict telling to wait for the restart, not to fix the configuration's path", reporter.events)
+		t.Errorf("events %+v, want a SwapBehaviorConflict telling to wait for the restart, not to fix the configuration's path", reporter.Events)
 	}
 	// Run (a new instance: TakeOver runs once) stops at its first sync.
 	restarted := &publish.Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node}

@@ -7,6 +7,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish/publishtest"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -17,10 +18,10 @@ import (
 func TestPublisherHookEvents(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	const problem = "the hook /opt/dra-swap/bin/dra-swap-hook, which the runtime runs for every container with a swap claim, cannot run where the plugin installed it: permission denied: its directory is on a noexec mount"
-	node := &fakeNode{facts: facts(1 << 30)}
-	node.facts.HookProblem = problem
-	reporter := &eventRecorder{}
-	written := &sliceRecorder{}
+	node := &publishtest.Node{Facts: publishtest.Facts(1 << 30)}
+	node.Facts.HookProblem = problem
+	reporter := &publishtest.EventRecorder{}
+	written := &publishtest.SliceRecorder{}
 	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
 	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
@@ -37,20 +38,20 @@ func TestPublisherHookEvents(t *testing.T) {
 		*dev.Attributes[v1alpha1.AttrUsable].BoolValue {
 		t.Fatalf("device %+v, reason %q, offer %d; want no offer, tainted %s, with the hook's problem", dev, reason, p.Offer(), v1alpha1.TaintNoUsableSwap)
 	}
-	if len(reporter.events) != 1 || reporter.events[0].reason != ReasonHookNotRunnable || reporter.events[0].eventType != "Warning" ||
-		reporter.events[0].action != "RunHook" || !strings.Contains(reporter.events[0].message, "noexec mount") {
-		t.Fatalf("events %+v, want one %s", reporter.events, ReasonHookNotRunnable)
+	if len(reporter.Events) != 1 || reporter.Events[0].Reason != ReasonHookNotRunnable || reporter.Events[0].EventType != "Warning" ||
+		reporter.Events[0].Action != "RunHook" || !strings.Contains(reporter.Events[0].Message, "noexec mount") {
+		t.Fatalf("events %+v, want one %s", reporter.Events, ReasonHookNotRunnable)
 	}
 	sync("still")
-	if len(reporter.events) != 1 {
-		t.Errorf("events %+v, want no more while nothing changed", reporter.events)
+	if len(reporter.Events) != 1 {
+		t.Errorf("events %+v, want no more while nothing changed", reporter.Events)
 	}
-	node.facts.HookProblem = ""
+	node.Facts.HookProblem = ""
 	sync("runs again")
 	if _, reason := p.Device(); reason != "" || p.Offer() != 1<<30 {
 		t.Errorf("after the hook runs: reason %q, offer %d; want the swap offered", reason, p.Offer())
 	}
-	if len(reporter.events) != 2 || reporter.events[1].reason != ReasonHookRuns || reporter.events[1].eventType != "Normal" {
-		t.Errorf("events %+v, want a %s", reporter.events, ReasonHookRuns)
+	if len(reporter.Events) != 2 || reporter.Events[1].Reason != ReasonHookRuns || reporter.Events[1].EventType != "Normal" {
+		t.Errorf("events %+v, want a %s", reporter.Events, ReasonHookRuns)
 	}
 }

@@ -8,28 +8,19 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
-	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/discovery"
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish/publishtest"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
-func facts(total int64) discovery.Facts {
-	f := discovery.Facts{TotalBytes: total, Medium: discovery.MediumSSD, CgroupVersion: 2, SwapControl: true,
-		KernelVersion: "6.8.0", SwapBehavior: v1alpha1.SwapBehaviorNoSwap, BootID: "b"}
-	if total > 0 {
-		f.Devices = []discovery.SwapDevice{{Path: "/dev/sda2", Type: "partition", SizeBytes: total}}
-	}
-	return f
-}
-
 func TestPublisherSync(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	node := &fakeNode{facts: facts(1 << 30), labels: map[string]string{"topology.kubernetes.io/zone": "a"}}
-	written := &sliceRecorder{}
+	node := &publishtest.Node{Facts: publishtest.Facts(1 << 30), NodeLabels: map[string]string{"topology.kubernetes.io/zone": "a"}}
+	written := &publishtest.SliceRecorder{}
 	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node}
 	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
-	devices := func(i int) int { return len(written.published[i].Pools["node-a"].Slices[0].Devices) }
+	devices := func(i int) int { return len(written.Published[i].Pools["node-a"].Slices[0].Devices) }
 
 	steps := []struct {
 		name          string
@@ -40,14 +31,14 @@ func TestPublisherSync(t *testing.T) {
 	}{
 		{name: "first sync publishes", change: func() {}, wantPublished: true, wantDevices: 1},
 		{name: "nothing changed", change: func() {}},
-		{name: "used swap changes nothing published", change: func() { node.facts.UsedBytes = 5 }},
-		{name: "swapon", change: func() { node.facts = facts(2 << 30) }, wantPublished: true, wantDevices: 1},
-		{name: "label change", change: func() { node.labels = map[string]string{"topology.kubernetes.io/zone": "b"} }, wantPublished: true, wantDevices: 1},
-		{name: "discovery fails", change: func() { node.err = errors.New("malformed /proc/swaps") }, wantErr: "malformed /proc/swaps"},
-		{name: "swapoff", change: func() { node.err = nil; node.facts = facts(0) }, wantPublished: true, wantDevices: 1},
+		{name: "used swap changes nothing published", change: func() { node.Facts.UsedBytes = 5 }},
+		{name: "swapon", change: func() { node.Facts = publishtest.Facts(2 << 30) }, wantPublished: true, wantDevices: 1},
+		{name: "label change", change: func() { node.NodeLabels = map[string]string{"topology.kubernetes.io/zone": "b"} }, wantPublished: true, wantDevices: 1},
+		{name: "discovery fails", change: func() { node.Err = errors.New("malformed /proc/swaps") }, wantErr: "malformed /proc/swaps"},
+		{name: "swapoff", change: func() { node.Err = nil; node.Facts = publishtest.Facts(0) }, wantPublished: true, wantDevices: 1},
 	}
 	for _, s := range steps {
-		before := len(written.published)
+		before := len(written.Published)
 		s.change()
 		got, err := p.Sync(ctx)
 		if s.wantErr != "" {
@@ -59,11 +50,11 @@ func TestPublisherSync(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if got != s.wantPublished || (len(written.published) > before) != s.wantPublished {
-			t.Fatalf("%s: published=%v (calls %d→%d), want %v", s.name, got, before, len(written.published), s.wantPublished)
+		if got != s.wantPublished || (len(written.Published) > before) != s.wantPublished {
+			t.Fatalf("%s: published=%v (calls %d→%d), want %v", s.name, got, before, len(written.Published), s.wantPublished)
 		}
-		if s.wantPublished && devices(len(written.published)-1) != s.wantDevices {
-			t.Fatalf("%s: %d devices, want %d", s.name, devices(len(written.published)-1), s.wantDevices)
+		if s.wantPublished && devices(len(written.Published)-1) != s.wantDevices {
+			t.Fatalf("%s: %d devices, want %d", s.name, devices(len(written.Published)-1), s.wantDevices)
 		}
 	}
 	if dev, reason := p.Device(); dev == nil || len(dev.Taints) != 1 || !strings.Contains(reason, "no active swap device") {
@@ -76,16 +67,16 @@ func TestPublisherSync(t *testing.T) {
 // the Node is told; when swap returns, the taint goes.
 func TestPublisherOvercommitTaint(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	node := &fakeNode{facts: facts(1 << 30), prepared: 768 << 20}
-	written := &sliceRecorder{}
-	reporter := &eventRecorder{}
+	node := &publishtest.Node{Facts: publishtest.Facts(1 << 30), Prepared: 768 << 20}
+	written := &publishtest.SliceRecorder{}
+	reporter := &publishtest.EventRecorder{}
 	p := &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, Node: node, Reporter: reporter}
 	if err := p.TakeOver(ctx, written); err != nil {
 		t.Fatal(err)
 	}
 	taints := func() []string {
 		var keys []string
-		for _, tt := range written.published[len(written.published)-1].Pools["node-a"].Slices[0].Devices[0].Taints {
+		for _, tt := range written.Published[len(written.Published)-1].Pools["node-a"].Slices[0].Devices[0].Taints {
 			keys = append(keys, tt.Key+"="+tt.Value+":"+string(tt.Effect))
 		}
 		return keys
@@ -97,36 +88,36 @@ func TestPublisherOvercommitTaint(t *testing.T) {
 		}
 	}
 	sync("1Gi offered, 768Mi held")
-	if got := taints(); len(got) != 0 || len(reporter.events) != 0 {
-		t.Fatalf("taints %v, events %v; want none", got, reporter.events)
+	if got := taints(); len(got) != 0 || len(reporter.Events) != 0 {
+		t.Fatalf("taints %v, events %v; want none", got, reporter.Events)
 	}
 	if got := p.Offer(); got != 1<<30 {
 		t.Errorf("Offer() = %d", got)
 	}
-	node.facts = facts(512 << 20) // a swap file was turned off
+	node.Facts = publishtest.Facts(512 << 20) // a swap file was turned off
 	sync("512Mi offered")
 	if got := taints(); len(got) != 1 || got[0] != v1alpha1.TaintOvercommitted+"=held-768Mi-offered-512Mi:NoSchedule" {
 		t.Fatalf("taints %v, want %s", got, v1alpha1.TaintOvercommitted)
 	}
-	if !reporter.overcommitted {
+	if !reporter.Tainted {
 		t.Errorf("the metrics were not told of the overcommit")
 	}
-	events := func() []nodeEvent { return reporter.events }
-	if len(events()) != 1 || events()[0].eventType != "Warning" || events()[0].reason != ReasonOvercommitted ||
-		!strings.Contains(events()[0].message, "hold 768Mi but the node offers 512Mi") {
+	events := func() []publishtest.NodeEvent { return reporter.Events }
+	if len(events()) != 1 || events()[0].EventType != "Warning" || events()[0].Reason != ReasonOvercommitted ||
+		!strings.Contains(events()[0].Message, "hold 768Mi but the node offers 512Mi") {
 		t.Fatalf("events %+v", events())
 	}
-	n := len(written.published)
+	n := len(written.Published)
 	sync("nothing changed")
-	if len(written.published) != n || len(events()) != 1 {
-		t.Errorf("an unchanged overcommit republished (%d→%d) or told the Node again (%d events)", n, len(written.published), len(events()))
+	if len(written.Published) != n || len(events()) != 1 {
+		t.Errorf("an unchanged overcommit republished (%d→%d) or told the Node again (%d events)", n, len(written.Published), len(events()))
 	}
-	node.facts = facts(1 << 30)
+	node.Facts = publishtest.Facts(1 << 30)
 	sync("swap is back")
-	if got := taints(); len(got) != 0 || reporter.overcommitted {
-		t.Fatalf("taints %v after swap returned (metrics told overcommitted: %v)", got, reporter.overcommitted)
+	if got := taints(); len(got) != 0 || reporter.Tainted {
+		t.Fatalf("taints %v after swap returned (metrics told overcommitted: %v)", got, reporter.Tainted)
 	}
-	if len(events()) != 2 || events()[1].reason != ReasonOvercommitCleared || events()[0].action != "TaintOvercommitted" || events()[1].action != "UntaintOvercommitted" {
+	if len(events()) != 2 || events()[1].Reason != ReasonOvercommitCleared || events()[0].Action != "TaintOvercommitted" || events()[1].Action != "UntaintOvercommitted" {
 		t.Fatalf("events %+v", events())
 	}
 }

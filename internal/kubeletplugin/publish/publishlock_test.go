@@ -11,6 +11,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/publish/publishtest"
 	"github.com/dra-driver-swap/dra-driver-swap/internal/kubeletplugin/swapdevice"
 )
 
@@ -24,7 +25,7 @@ func TestPublisherOneWriter(t *testing.T) {
 	total := int64(1 << 30)
 	api := &fakeAPI{}
 	newPublisher := func() *instance {
-		c := &instance{api: api, node: &fakeNode{facts: facts(total), published: api.read}}
+		c := &instance{api: api, node: &publishtest.Node{Facts: publishtest.Facts(total), Publish: api.read}}
 		c.p = &Publisher{NodeName: "node-a", Policy: swapdevice.Policy{OvercommitRatio: 1}, LockPath: lock, LockRetry: time.Millisecond, Node: c.node}
 		return c
 	}
@@ -43,7 +44,7 @@ func TestPublisherOneWriter(t *testing.T) {
 	for i, size := range []int64{1 << 30, 2 << 30, 3 << 30} {
 		total = size
 		for _, c := range []*instance{old, updated} {
-			c.node.facts = facts(total)
+			c.node.Facts = publishtest.Facts(total)
 			if _, err := c.p.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +93,7 @@ func (a *fakeAPI) read(context.Context) (*resourceapi.Device, error) {
 // publisher, its node and its writes to the API.
 type instance struct {
 	p     *Publisher
-	node  *fakeNode
+	node  *publishtest.Node
 	api   *fakeAPI
 	calls int
 }
