@@ -92,14 +92,10 @@ func TestPodSwapBudget(t *testing.T) {
 	}
 	killed := 0
 	for _, name := range []string{"a", "b"} {
+		// oomKilled counts a kill in the pod's cgroup too (exit 137,
+		// reason Error), as CRI-O reports the budget's.
 		switch reason := terminatedReason(p, name); {
-		case reason == "OOMKilled":
-			killed++
-		case reason == "Error" && cluster.TerminatedState(p, name).ExitCode == 137:
-			// Killed in the pod's cgroup (the budget's memory.max and
-			// memory.swap.max are the pod's): the runtime sees only
-			// SIGKILL (oomKilled says more). CRI-O reports it so.
-			t.Logf("container %s was SIGKILLed (exit 137, reason Error): an OOM kill in the pod's cgroup", name)
+		case oomKilled(p, name):
 			killed++
 		case reason == "Completed":
 			r := c.report(t, p, name, "RESULT")
