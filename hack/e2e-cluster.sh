@@ -142,6 +142,7 @@ echo "guest: Debian $(cat /etc/debian_version), kernel $(uname -r), cgroup $(sta
 echo "guest: kernel features: memory.swap.peak $(has /sys/fs/cgroup/system.slice/memory.swap.peak)," \
 	"memory.zswap.writeback $(has /sys/fs/cgroup/system.slice/memory.zswap.writeback)," \
 	"memory.zswap.max $(has /sys/fs/cgroup/system.slice/memory.zswap.max), zswap enabled $(cat /sys/module/zswap/parameters/enabled 2>/dev/null || echo no)"
+echo "guest: kernel command line: $(cat /proc/cmdline); CPU vulnerabilities: $(grep -v -e 'Not affected' /sys/devices/system/cpu/vulnerabilities/* 2>/dev/null | sed 's|.*/||' | paste -sd ';' -)"
 if [ "$CONTAINER_RUNTIME" = crio ]; then
 	echo "guest: runtime $(/share/repo/_output/bin/crio --version 2>/dev/null | head -n1) with $(crun --version | head -n1), $(conmon --version | head -n1)"
 else

@@ -323,20 +323,29 @@ func waitPodsGone(ctx context.Context, c *cluster.Cluster, ns string) error {
 }
 
 // density adds copies of a smaller hot/cold pod to the node one at a
-// time, each some seconds after the last, until one is OOM-killed,
-// evicted or does not start, or BENCH_DENSITY_MAX copies run; without and
-// with offload. It reports how many ran.
+// time, BENCH_DENSITY_SPACING_SECONDS apart, without and with offload, and
+// counts how many run while the node keeps BENCH_DENSITY_RESERVE_MIB of
+// memory available (the kubelet's own signal, memory.available of its
+// summary API, read once each copy has had its spacing to settle): a soft
+// eviction threshold set well above the hard one, so that the run ends
+// before the node thrashes (an emulated node under memory thrash misses
+// its probes and leases, and says nothing of the driver). A copy that is
+// OOM-killed, evicted or does not start ends the run too. The copies keep
+// their hot set warm at OPS_PER_SECOND (the workload's rate cap), not in
+// a busy loop: dozens of them share the node's CPUs.
 func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node string, pod func(name, kind string, hot, cold, limit, seconds int) *corev1.Pod, report *strings.Builder) {
 	var (
 		hot     = benchEnv("BENCH_DENSITY_HOT_MIB", 32)
 		cold    = benchEnv("BENCH_DENSITY_COLD_MIB", 96)
 		limit   = benchEnv("BENCH_DENSITY_LIMIT_MIB", 160)
 		most    = benchEnv("BENCH_DENSITY_MAX", 40)
-		spacing = time.Duration(benchEnv("BENCH_DENSITY_SPACING_SECONDS", 20)) * time.Second
+		reserve = int64(benchEnv("BENCH_DENSITY_RESERVE_MIB", 1024)) << 20
+		rate    = benchEnv("BENCH_DENSITY_OPS_PER_SECOND", 100000)
+		spacing = time.Duration(benchEnv("BENCH_DENSITY_SPACING_SECONDS", 30)) * time.Second
 	)
-	fmt.Fprintf(report, "\ndensity: copies of a %d MiB hot / %d MiB cold pod (limit %d Mi) added every %s until one is OOM-killed, evicted or does not start (at most %d):\n\n",
-		hot, cold, limit, spacing, most)
-	fmt.Fprintf(report, "| kind | copies that ran | what ended it |\n|---|---:|---|\n")
+	fmt.Fprintf(report, "\ndensity: copies of a %d MiB hot (%d operations/s) / %d MiB cold pod (limit %d Mi) added every %s while the node keeps %d MiB available, until one is OOM-killed, evicted or does not start (at most %d):\n\n",
+		hot, rate, cold, limit, spacing, reserve>>20, most)
+	fmt.Fprintf(report, "| kind | copies that ran | node memory available after the last, MiB | what ended it |\n|---|---:|---:|---|\n")
 	results := map[string]int{}
 	for _, kind := range []string{"no claim", "claim with offload"} {
 		if kind == "claim with offload" {
@@ -352,15 +361,18 @@ func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node str
 			}
 		}
 		ran, why := 0, fmt.Sprintf("reached %d", most)
-		var names []string
+		var (
+			names     []string
+			available int64
+		)
 	copies:
 		for i := range most {
 			name := fmt.Sprintf("d-%s-%02d", strings.ReplaceAll(kind, " ", "-"), i)
-			p := pod(name, "no claim", hot, cold, limit, 0)
+			p := pod(name, kind, hot, cold, limit, 0)
 			if kind == "claim with offload" {
-				p = pod(name, "claim with offload", hot, cold, limit, 0)
 				p.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To(fmt.Sprintf("density-offload-%d", cold))
 			}
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "OPS_PER_SECOND", Value: strconv.Itoa(rate)})
 			if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)
 			}
@@ -377,10 +389,20 @@ func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node str
 				}
 				time.Sleep(2 * time.Second)
 			}
-			ran = i + 1
+			a, err := nodeMemoryAvailable(ctx, c, node)
+			if err != nil {
+				why = fmt.Sprintf("reading the node's memory.available after copy %d: %v", i+1, err)
+				break
+			}
+			if a < reserve {
+				why = fmt.Sprintf("copy %d left %d MiB available, under the %d MiB reserve", i+1, a>>20, reserve>>20)
+				break
+			}
+			ran, available = i+1, a
 		}
 		results[kind] = ran
-		fmt.Fprintf(report, "| %s | %d | %s |\n", kind, ran, why)
+		fmt.Fprintf(report, "| %s | %d | %d | %s |\n", kind, ran, available>>20, why)
+		b.Logf("density, %s: %d copies (%s)", kind, ran, why)
 		for _, name := range names {
 			_ = c.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		}
@@ -391,6 +413,29 @@ func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node str
 	if base := results["no claim"]; base > 0 {
 		fmt.Fprintf(report, "\ndensity with offload: %.2f× the same node without\n", float64(results["claim with offload"])/float64(base))
 	}
+}
+
+// nodeMemoryAvailable is the node's memory.available as its kubelet's
+// eviction manager computes it (the summary API's node.memory.availableBytes).
+func nodeMemoryAvailable(ctx context.Context, c *cluster.Cluster, node string) (int64, error) {
+	raw, err := c.Client.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix("stats/summary").DoRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var summary struct {
+		Node struct {
+			Memory struct {
+				AvailableBytes *int64 `json:"availableBytes"`
+			} `json:"memory"`
+		} `json:"node"`
+	}
+	if err := json.Unmarshal(raw, &summary); err != nil {
+		return 0, fmt.Errorf("node %s's summary: %w", node, err)
+	}
+	if summary.Node.Memory.AvailableBytes == nil {
+		return 0, fmt.Errorf("node %s's summary has no memory.availableBytes", node)
+	}
+	return *summary.Node.Memory.AvailableBytes, nil
 }
 
 // allStarted reports whether every named pod runs.

@@ -168,8 +168,10 @@ func (n *twoNodes) cordon(t *testing.T, node string, on bool) {
 // TestTwoNodesInstalledFromRelease: the cluster runs the release as users
 // get it: helm installed the chart from the registry's private path
 // (oci://, the version hack/release.sh pushed), and both nodes pulled the
-// driver's multi-arch image index (linux/amd64 and linux/arm64) from there
-// with the chart's pull Secret and run it by its digest.
+// driver's image index from there with the chart's pull Secret and run it
+// by its digest. hack/e2e-build.sh builds that release for linux/amd64, the
+// nodes' architecture, only; tools/images TestRelease checks the release's
+// linux/amd64 and linux/arm64 images.
 func TestTwoNodesInstalledFromRelease(t *testing.T) {
 	n := loadTwoNodes(t)
 	chart, registry, repo, version := n.Env["CHART"], n.Env["REGISTRY"], n.Env["DRIVER_REPOSITORY"], n.driverVersion()
@@ -196,8 +198,8 @@ func TestTwoNodesInstalledFromRelease(t *testing.T) {
 		platforms = append(platforms, m.Platform.OS+"/"+m.Platform.Architecture)
 	}
 	slices.Sort(platforms)
-	if index.MediaType != "application/vnd.oci.image.index.v1+json" || !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
-		t.Fatalf("%s/dra-driver-swap:%s is %s for %v, want an OCI image index for linux/amd64 and linux/arm64", repo, version, index.MediaType, platforms)
+	if index.MediaType != "application/vnd.oci.image.index.v1+json" || !slices.Equal(platforms, []string{"linux/amd64"}) {
+		t.Fatalf("%s/dra-driver-swap:%s is %s for %v, want an OCI image index for linux/amd64 (hack/e2e-build.sh's ARCHES)", repo, version, index.MediaType, platforms)
 	}
 	t.Logf("dra-driver-swap:%s is the index %s; chart %s --version %s", version, digest, chart, version)
 	ds, deploy := n.driverWorkloads(t)
@@ -369,8 +371,15 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 
 // TestTwoNodesUpgradeUnderLoad: `helm upgrade` (another image tag and the
 // pressure taints on) rolls the kubelet plugin on both nodes while claim
-// pods arrive, one a second, on each node in turn: every one of them runs
-// with its limit and none meets a failed prepare.
+// pods arrive on each node, from before the upgrade until after the
+// rollout: every one of them runs with its limit and none meets a failed
+// prepare.
+//
+// The pods arrive on this host's node every 2 s and on the emulated node
+// every 6 s: the emulated node starts a pod in some 10 s of its CPUs, and a
+// pod a second (the test's first form) kept it so busy that its new plugin
+// pod took minutes to start, and the host's node rolled only after the
+// last pod had been created.
 //
 // The probes' claims together take at most half of each node's offer. A
 // finished pod's claim is deallocated as soon as the pod is terminal, but
@@ -383,17 +392,21 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 func TestTwoNodesUpgradeUnderLoad(t *testing.T) {
 	n := loadTwoNodes(t)
 	ns := n.namespace(t)
-	// At most 60 pods: the rollout on the emulated node takes a minute or
-	// two, and it starts a pod in some 10 s.
-	const maxProbes = 60
-	// Each node gets maxProbes/2 of them: offer/maxProbes each is half
-	// its offer in all (whole MiB, at most the 48Mi this test used).
+	// Each node's pods: one every `every` seconds, at most `most` of them
+	// (the rollout on the emulated node takes a minute or two).
+	type load struct {
+		node        string
+		every, most int
+	}
+	loads := []load{{n.host, 2, 90}, {n.guest, 6, 30}}
+	// offer/(2*most) each: half a node's offer in all (whole MiB, at most
+	// the 48Mi this test used).
 	probe := 48 * mi
-	for _, node := range []string{n.host, n.guest} {
-		probe = min(probe, n.offerOn(t, node)/maxProbes/mi*mi)
+	for _, l := range loads {
+		probe = min(probe, n.offerOn(t, l.node)/int64(2*l.most)/mi*mi)
 	}
 	if probe < mi {
-		t.Fatalf("the nodes offer too little swap for %d probes (%d bytes each)", maxProbes, probe)
+		t.Fatalf("the nodes offer too little swap for %v probes (%d bytes each)", loads, probe)
 	}
 	n.swapTemplate(t, ns, "swap-probe", "", probe)
 	var (
@@ -406,18 +419,25 @@ func TestTwoNodesUpgradeUnderLoad(t *testing.T) {
 	wg.Go(func() {
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
-		for i := range maxProbes {
-			node := []string{n.host, n.guest}[i%2]
-			name := fmt.Sprintf("load-%02d", i)
-			_, err := n.client.CoreV1().Pods(ns).Create(context.Background(), n.pinned(node, ns, name, map[string]string{"swap": "swap-probe"},
-				ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}), metav1.CreateOptions{})
-			mu.Lock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("create %s: %w", name, err))
-			} else {
-				names = append(names, name)
+		created, k := map[string]int{}, 0
+		for i := 0; ; i++ {
+			for _, l := range loads {
+				if i%l.every != 0 || created[l.node] >= l.most {
+					continue
+				}
+				name := fmt.Sprintf("load-%03d", k)
+				k++
+				created[l.node]++
+				_, err := n.client.CoreV1().Pods(ns).Create(context.Background(), n.pinned(l.node, ns, name, map[string]string{"swap": "swap-probe"},
+					ctr{Name: "worker", Claims: []string{"swap"}, AllocMiB: 1, MemLimit: "64Mi"}), metav1.CreateOptions{})
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("create %s: %w", name, err))
+				} else {
+					names = append(names, name)
+				}
+				mu.Unlock()
 			}
-			mu.Unlock()
 			select {
 			case <-stop:
 				return

@@ -20,10 +20,14 @@ import (
 // HOTCOLD line (JSON): the operations per second since the last line and
 // its cgroup's memory figures. Each page holds 1 KiB of pseudo-random
 // bytes and zeros, so a compressing swap (zswap, zram) stores it in about
-// a quarter of a page, as typical heaps compress.
+// a quarter of a page, as typical heaps compress. With OPS_PER_SECOND it
+// does at most that many operations a second and sleeps the rest: a
+// server that keeps its hot set warm without taking a whole CPU (the
+// density benchmark runs dozens of copies on one node).
 func hotCold() {
 	hot, cold := envInt("HOT_MIB", 64), envInt("COLD_MIB", 64)
 	duration := time.Duration(envInt("DURATION_SECONDS", 0)) * time.Second
+	rate := envInt("OPS_PER_SECOND", 0)
 	every := time.Duration(max(envInt("REPORT_SECONDS", 5), 1)) * time.Second
 	const page = 4096
 	mem, err := unix.Mmap(-1, 0, (hot+cold)<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -55,6 +59,12 @@ func hotCold() {
 			mem[off+63] ^= mem[off]
 		}
 		ops += 4096
+		if rate > 0 {
+			// Ahead of the rate: sleep until the operations done are due.
+			if ahead := time.Duration(float64(ops)/float64(rate)*float64(time.Second)) - time.Since(start); ahead > 0 {
+				time.Sleep(ahead)
+			}
+		}
 		if now := time.Now(); now.Sub(last) >= every {
 			emitHotCold(hotColdLine{Phase: "running", HotMiB: hot, ColdMiB: cold, Seconds: now.Sub(start).Seconds(),
 				OpsPerSecond: float64(ops-lastOps) / now.Sub(last).Seconds(), Ops: ops})
