@@ -375,11 +375,13 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 // rollout: every one of them runs with its limit and none meets a failed
 // prepare.
 //
-// The pods arrive on this host's node every 2 s and on the emulated node
-// every 6 s: the emulated node starts a pod in some 10 s of its CPUs, and a
-// pod a second (the test's first form) kept it so busy that its new plugin
-// pod took minutes to start, and the host's node rolled only after the
-// last pod had been created.
+// A node gets a new pod every 2 s while fewer than its share of them are
+// unfinished (4 on this host's node, 2 on the emulated node, which starts
+// a pod in some 10 s of its CPUs): pods keep arriving at the pace each
+// node takes them for as long as the rollout lasts. A pod a second on each
+// node (the test's first form) kept the emulated node so busy that its new
+// plugin pod took minutes to start, and the host's node rolled only after
+// the last pod had been created.
 //
 // The probes' claims together take at most half of each node's offer. A
 // finished pod's claim is deallocated as soon as the pod is terminal, but
@@ -392,13 +394,12 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 func TestTwoNodesUpgradeUnderLoad(t *testing.T) {
 	n := loadTwoNodes(t)
 	ns := n.namespace(t)
-	// Each node's pods: one every `every` seconds, at most `most` of them
-	// (the rollout on the emulated node takes a minute or two).
+	// Each node's pods: at most inFlight unfinished, and most in all.
 	type load struct {
-		node        string
-		every, most int
+		node           string
+		inFlight, most int
 	}
-	loads := []load{{n.host, 2, 90}, {n.guest, 6, 30}}
+	loads := []load{{n.host, 4, 150}, {n.guest, 2, 40}}
 	// offer/(2*most) each: half a node's offer in all (whole MiB, at most
 	// the 48Mi this test used).
 	probe := 48 * mi
@@ -417,12 +418,30 @@ func TestTwoNodesUpgradeUnderLoad(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(time.Second)
+		tick := time.NewTicker(2 * time.Second)
 		defer tick.Stop()
 		created, k := map[string]int{}, 0
-		for i := 0; ; i++ {
+		nodeOf := map[string]string{} // the pods created, by name
+		for {
+			// Unfinished per node: every pod created but those that finished.
+			unfinished := map[string]int{}
+			for _, node := range nodeOf {
+				unfinished[node]++
+			}
+			list, err := n.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("list the pods: %w", err))
+				mu.Unlock()
+				return
+			}
+			for i := range list.Items {
+				if p := &list.Items[i]; finished(p) && nodeOf[p.Name] != "" {
+					unfinished[nodeOf[p.Name]]--
+				}
+			}
 			for _, l := range loads {
-				if i%l.every != 0 || created[l.node] >= l.most {
+				if created[l.node] >= l.most || unfinished[l.node] >= l.inFlight {
 					continue
 				}
 				name := fmt.Sprintf("load-%03d", k)
@@ -435,6 +454,7 @@ func TestTwoNodesUpgradeUnderLoad(t *testing.T) {
 					errs = append(errs, fmt.Errorf("create %s: %w", name, err))
 				} else {
 					names = append(names, name)
+					nodeOf[name] = l.node
 				}
 				mu.Unlock()
 			}
