@@ -178,9 +178,9 @@ func BenchmarkOffload(b *testing.B) {
 	}
 	b.StopTimer()
 
-	fmt.Fprintf(&report, "node %s: kernel %s, swap %s MiB on %s, zswap %s (compressor %s), offload every %s; %d rounds of %d s, the three pods side by side in rotating order\n",
+	fmt.Fprintf(&report, "node %s: kernel %s, swap %s MiB on %s, zswap %s (compressor %s), offload at the chart's kubeletPlugin.offload.interval; %d rounds of %d s, the three pods side by side in rotating order\n",
 		node, nodeLine.Kernel, attrInt(dev, "totalBytes", 20), attrString(dev, "medium"), nodeLine.ZswapEnabled, nodeLine.Compressor,
-		os.Getenv("BENCH_OFFLOAD_INTERVAL"), rounds, seconds)
+		rounds, seconds)
 	fmt.Fprintf(&report, "workload: %d MiB hot (read and written in a loop), %d MiB cold (written once), memory limit %d Mi; offload budget %s %%\n\n",
 		hot, cold, limit, budget)
 	fmt.Fprintf(&report, "over time (round 1; MiB, ops/s in millions, stall %% over each report interval):\n\n")
