@@ -461,11 +461,14 @@ func densityFailure(ctx context.Context, c *cluster.Cluster, ns string, names []
 			return fmt.Sprintf("%s evicted: %s", name, p.Status.Message)
 		}
 		for _, s := range p.Status.ContainerStatuses {
-			if t := s.State.Terminated; t != nil {
-				return fmt.Sprintf("%s %s (exit %d)", name, t.Reason, t.ExitCode)
-			}
-			if t := s.LastTerminationState.Terminated; t != nil {
-				return fmt.Sprintf("%s %s (exit %d)", name, t.Reason, t.ExitCode)
+			for _, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
+				if t != nil {
+					msg := t.Message
+					if len(msg) > 300 {
+						msg = msg[len(msg)-300:] // the runtime's message ends with the cause
+					}
+					return fmt.Sprintf("%s %s (exit %d): %s", name, t.Reason, t.ExitCode, msg)
+				}
 			}
 		}
 		if p.Status.Phase == corev1.PodFailed {
