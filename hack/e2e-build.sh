@@ -1,20 +1,15 @@
 #!/usr/bin/env bash
 # Builds what both end-to-end legs run: the cluster's binaries and images
 # (hack/cluster/build.sh), the release the two-node cluster installs
-# (hack/release.sh: the chart and the image index with its SBOM, in
+# (hack/release.sh: the chart and the multi-arch image index, in
 # _output/release-e2e) and the e2e suite as one static test binary,
 # _output/e2e.test, which the host leg runs and the cgroup v2 guest runs too.
-# The release the cluster installs is built for linux/amd64 only (ARCHES),
-# the architecture of both its nodes: an index all the same, pulled and run
-# by its digest. The arm64 cross-compile is off the builds' critical path:
-# the release test (tools/images TestRelease, in the unit tests) builds and
-# checks the two-architecture release that `make release` publishes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/cluster/build.sh
 mkdir -p _output
 source hack/cluster/lib.sh
-ARCHES=amd64 VERSION="$DRIVER_VERSION" RELEASE_DIR="$PWD/_output/release-e2e" HELM="$BIN/helm" OUT_DIR="$BIN" \
+VERSION="$DRIVER_VERSION" RELEASE_DIR="$PWD/_output/release-e2e" HELM="$BIN/helm" OUT_DIR="$BIN" \
 	hack/release.sh > _output/release-e2e.log 2>&1 || { cat _output/release-e2e.log >&2; exit 1; }
 tail -n 3 _output/release-e2e.log
 # CGO_ENABLED=0 and -trimpath, as every Go build of this module but the race
