@@ -84,9 +84,9 @@ unit_bin=$(mktemp -d)
 	(cd tools/promql && CGO_ENABLED=0 GOFLAGS=-trimpath go test -count=1 -run '^$' . >> ../../_output/unit-build.log 2>&1) ||
 		echo "compiling the PromQL evaluator failed (make monitoring-check says why)" >> _output/unit-build.log
 	# What make integration builds before it runs: the chart's doc and
-	# schema generators, and the integration and scale tests compiled and
-	# linked (the build cache keeps them; make integration's own build of
-	# the same packages with the same flags then only checks the cache).
+	# schema generators, and the integration and scale tests compiled (the
+	# build cache keeps the packages; make integration, with the same
+	# flags, then only links its test binaries).
 	hack/build-tools.sh helm-docs helm-values-schema-json >> _output/unit-build.log 2>&1 ||
 		echo "building helm-docs and helm-values-schema-json failed (make integration says why)" >> _output/unit-build.log
 	CGO_ENABLED=0 GOFLAGS=-trimpath go test -c -o "$unit_bin/" ./test/integration/... ./test/scale/... >> _output/unit-build.log 2>&1 ||

@@ -208,18 +208,19 @@ func BenchmarkOffload(b *testing.B) {
 		fmt.Fprintf(&report, "| %s | %.0f | %.0f | %.0f | %.2f | %.3f | %+.0f %% | %+.1f %% |\n", kind, mib(int64(s.memory)), mib(int64(s.anon)), mib(int64(s.swap)),
 			s.ops/1e6, s.stall*100, 100*(s.memory/base.memory-1), 100*(s.ops/base.ops-1))
 	}
-	// The side-by-side figures are written before the density runs: it
-	// drives the node to its memory's end and may not come back.
-	b.Log("\n" + report.String())
-	if path := os.Getenv("BENCH_REPORT"); path != "" {
-		_ = os.WriteFile(path, []byte(report.String()), 0o644)
-	}
-	if os.Getenv("BENCH_OFFLOAD_DENSITY") != "0" {
-		density(b, ctx, c, ns, node, pod, &report)
+	// The report so far, logged and written to BENCH_REPORT: the
+	// side-by-side figures before the density runs (it drives the node
+	// towards its memory's end and may not come back), then all of it.
+	flush := func() {
 		b.Log("\n" + report.String())
 		if path := os.Getenv("BENCH_REPORT"); path != "" {
 			_ = os.WriteFile(path, []byte(report.String()), 0o644)
 		}
+	}
+	flush()
+	if os.Getenv("BENCH_OFFLOAD_DENSITY") != "0" {
+		density(b, ctx, c, ns, node, pod, &report)
+		flush()
 	}
 }
 
