@@ -11,6 +11,7 @@
 //	<state-dir>/<container-id>/<claim-uid>.<n>   a Share (JSON)
 //	<state-dir>/<container-id>/container.json   a Container (JSON)
 //	<state-dir>/.lock                           see Lock
+//	<state-dir>/.lock.writer                    see Lock (the turnstile)
 //	<state-dir>/.events/                        package hookrecord
 //
 // The hook changes records and applies them under Lock; the verifier
@@ -43,6 +44,9 @@ const (
 	ContainerFile = "container.json"
 	// LockFile, in the state directory, is the lock of Lock and RLock.
 	LockFile = ".lock"
+	// TurnstileFile, in the state directory, is the turnstile that gives
+	// Lock precedence over RLock (see Lock).
+	TurnstileFile = ".lock.writer"
 
 	maxFileBytes = 64 << 10
 )
@@ -459,53 +463,91 @@ func readFile(path string) ([]byte, error) { return atomicfile.ReadFile(path, ma
 // (a reader that hangs or was stopped) is an error naming the lock file:
 // the hook then fails the container's start, loudly and within a bound,
 // rather than hang it. The returned function releases the lock.
+//
+// A writer waits ahead of readers that come after it. flock(2) grants a
+// shared lock whenever no exclusive one is held, even while an exclusive
+// request waits, so readers whose holds overlap (the verifier's passes run
+// back to back while many pods start) would keep the lock shared for
+// longer than any wait. Lock therefore first takes the turnstile
+// (TurnstileFile) exclusively, then the lock; RLock passes the turnstile
+// shared before it takes the lock and releases it at once. While a writer
+// holds the turnstile no reader starts, so it waits at most for the
+// readers already inside. The turnstile orders; the lock alone excludes: a
+// hook or verifier of an older release that knows only LockFile is still
+// kept out, it just is not ordered.
 func Lock(stateDir string, wait time.Duration) (unlock func(), err error) {
-	unlock, path, err := tryLock(stateDir, filelock.Exclusive, wait)
-	if err == nil && unlock == nil {
-		err = fmt.Errorf("lock %s: still held by a reader (the kubelet plugin's verifier) after %s", path, wait)
+	deadline := time.Now().Add(wait)
+	turnstile, err := tryLock(stateDir, TurnstileFile, filelock.Exclusive, deadline)
+	if err != nil {
+		return nil, err
 	}
-	return unlock, err
+	if turnstile == nil {
+		return nil, fmt.Errorf("lock %s: still held by another hook after %s", filepath.Join(stateDir, TurnstileFile), wait)
+	}
+	lock, err := tryLock(stateDir, LockFile, filelock.Exclusive, deadline)
+	if err == nil && lock == nil {
+		err = fmt.Errorf("lock %s: still held by a reader (the kubelet plugin's verifier) after %s", filepath.Join(stateDir, LockFile), wait)
+	}
+	if err != nil {
+		turnstile.Close()
+		return nil, err
+	}
+	return func() {
+		lock.Close()
+		turnstile.Close()
+	}, nil
 }
 
 // lockPoll is how often Lock and RLock try again while the lock is held.
 const lockPoll = 5 * time.Millisecond
 
 // RLock takes the state directory's lock shared, for reading records and
-// holding cgroups to them, trying for up to wait while the hook holds it;
-// ok is false when it held it all that time (nothing is locked then).
+// holding cgroups to them, trying for up to wait while the hook holds it
+// or waits for it (see Lock); ok is false when it could not take it in
+// that time (nothing is locked then).
 func RLock(stateDir string, wait time.Duration) (unlock func(), ok bool, err error) {
-	unlock, _, err = tryLock(stateDir, filelock.Shared, wait)
-	return unlock, unlock != nil, err
+	deadline := time.Now().Add(wait)
+	turnstile, err := tryLock(stateDir, TurnstileFile, filelock.Shared, deadline)
+	if err != nil || turnstile == nil {
+		return nil, false, err
+	}
+	defer turnstile.Close()
+	lock, err := tryLock(stateDir, LockFile, filelock.Shared, deadline)
+	if err != nil || lock == nil {
+		return nil, false, err
+	}
+	return func() { lock.Close() }, true, nil
 }
 
-// tryLock takes the state directory's lock of kind mode, trying every
-// lockPoll for up to wait (filelock.Poll); unlock is nil, with no error,
-// when it was held all that time. path is the lock file's.
-func tryLock(stateDir string, mode filelock.Mode, wait time.Duration) (unlock func(), path string, err error) {
-	f, err := openLock(stateDir)
+// tryLock takes the lock of kind mode on the state directory's file name,
+// trying every lockPoll until deadline (filelock.Poll, which tries once
+// even when deadline has passed); the file is nil, with no error, when
+// the lock was held all that time. Closing the file releases the lock.
+func tryLock(stateDir, name string, mode filelock.Mode, deadline time.Time) (*os.File, error) {
+	f, err := openLock(stateDir, name)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	err = filelock.Poll(ctx, f, mode, lockPoll, func(err error) bool { return errors.Is(err, filelock.ErrHeld) })
 	switch {
 	case err == nil:
-		return func() { f.Close() }, f.Name(), nil
+		return f, nil
 	case errors.Is(err, context.DeadlineExceeded):
 		f.Close()
-		return nil, f.Name(), nil
+		return nil, nil
 	default:
 		f.Close()
-		return nil, f.Name(), fmt.Errorf("lock %s: %w", f.Name(), err)
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 }
 
-func openLock(stateDir string) (*os.File, error) {
+func openLock(stateDir, name string) (*os.File, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create hook state directory %s: %w", stateDir, err)
 	}
-	path := filepath.Join(stateDir, LockFile)
+	path := filepath.Join(stateDir, name)
 	// Read-only is enough for flock(2), and opens an existing lock on a
 	// read-only mount too.
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -615,8 +617,8 @@ func TestLock(t *testing.T) {
 		t.Fatalf("second RLock: %v, %v; want shared", ok, err)
 	}
 	runlock2()
-	if names := names(t, state); !slices.Equal(names, []string{LockFile}) {
-		t.Errorf("state directory holds %v, want only the lock", names)
+	if names := names(t, state); !slices.Equal(names, []string{LockFile, TurnstileFile}) {
+		t.Errorf("state directory holds %v, want only the lock and its turnstile", names)
 	}
 	if ids, err := List(state); err != nil || len(ids) != 0 {
 		t.Errorf("List = %v, %v; the lock is no container", ids, err)
@@ -648,5 +650,67 @@ func TestLockBounded(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Lock still waits a minute after its 20ms wait: a stopped reader would hang every container start")
+	}
+}
+
+// TestLockAheadOfReaders: readers whose holds overlap, so that the lock is
+// never free (the verifier's passes back to back while many pods start),
+// do not keep the hook out: once it waits, no new reader starts, and it
+// gets the lock as soon as the readers already inside are done. Without
+// the turnstile the hook's Lock fails "still held by a reader".
+func TestLockAheadOfReaders(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	const hold = 20 * time.Millisecond
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	var reads atomic.Int64
+	for i := range 2 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			// Offset the second reader by half a hold, so that one of
+			// them always holds the lock.
+			time.Sleep(time.Duration(i) * hold / 2)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				runlock, ok, err := RLock(state, time.Second)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					reads.Add(1)
+					time.Sleep(hold)
+					runlock()
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		readers.Wait()
+	}()
+	// Let the readers get going.
+	for reads.Load() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 5 {
+		unlock, err := Lock(state, time.Second)
+		if err != nil {
+			t.Fatalf("Lock %d while readers take turns: %v", i, err)
+		}
+		// Readers are out while the hook holds the lock.
+		if _, ok, err := RLock(state, time.Nanosecond); ok || err != nil {
+			t.Errorf("RLock while the hook holds the lock: %v, %v; want not taken", ok, err)
+		}
+		unlock()
+		before := reads.Load()
+		for reads.Load() < before+2 {
+			time.Sleep(time.Millisecond)
+		}
 	}
 }

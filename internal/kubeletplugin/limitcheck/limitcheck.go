@@ -430,23 +430,33 @@ type Summary struct {
 // run when the runtime dies with the container), so records cannot pile
 // up. minAge keeps a container the hook is creating right now.
 func (v *Verifier) CheckAll(ctx context.Context, trigger string, minAge time.Duration) (Summary, error) {
-	return v.checkAll(ctx, trigger, minAge, "")
+	return v.checkAll(ctx, trigger, minAge, nil)
 }
 
-// CheckPod checks the containers of one pod that have records, and the
-// pod's budget: after an update of the pod's own cgroup (the kubelet's
-// pod-level resize, which makes systemd write every memory property of the
-// pod's slice again, memory.swap.max=max among them). Records of gone
-// containers are left to CheckAll.
-func (v *Verifier) CheckPod(ctx context.Context, podUID, trigger string) (Summary, error) {
-	if podUID == "" {
-		return Summary{}, errors.New("no pod UID")
+// CheckPods checks the containers of the pods (by UID) that have records,
+// and the pods' budgets: after an update of a pod's own cgroup (the
+// kubelet's pod-level resize, which makes systemd write every memory
+// property of the pod's slice again, memory.swap.max=max among them). All
+// pods are checked in one pass under one lock, so that many pods watched
+// at once (many starting or resized together) cost one reading of the
+// records, not one per pod, and keep the hook out once, not once per pod.
+// Records of gone containers are left to CheckAll.
+func (v *Verifier) CheckPods(ctx context.Context, podUIDs []string, trigger string) (Summary, error) {
+	pods := make(map[string]bool, len(podUIDs))
+	for _, uid := range podUIDs {
+		if uid == "" {
+			return Summary{}, errors.New("no pod UID")
+		}
+		pods[uid] = true
 	}
-	return v.checkAll(ctx, trigger, 0, podUID)
+	if len(pods) == 0 {
+		return Summary{}, nil
+	}
+	return v.checkAll(ctx, trigger, 0, pods)
 }
 
-// checkAll is CheckAll, or CheckPod when podUID is set.
-func (v *Verifier) checkAll(ctx context.Context, trigger string, minAge time.Duration, podUID string) (Summary, error) {
+// checkAll is CheckAll, or CheckPods when pods is not nil.
+func (v *Verifier) checkAll(ctx context.Context, trigger string, minAge time.Duration, pods map[string]bool) (Summary, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var sum Summary
@@ -478,7 +488,7 @@ func (v *Verifier) checkAll(ctx context.Context, trigger string, minAge time.Dur
 	podsDone := map[string]bool{}
 	var errs []error
 	for _, id := range ids {
-		if podUID != "" && !v.ofPod(id, podUID) {
+		if pods != nil && !v.ofPods(id, pods) {
 			continue
 		}
 		outcome, err := v.check(ctx, id, trigger, budget, podsDone)
@@ -493,7 +503,7 @@ func (v *Verifier) checkAll(ctx context.Context, trigger string, minAge time.Dur
 		case NotHeld:
 			sum.NotHeld++
 		case Gone:
-			if podUID != "" {
+			if pods != nil {
 				continue
 			}
 			removed, err := v.removeStale(id, minAge)
@@ -522,13 +532,13 @@ func (v *Verifier) checkAll(ctx context.Context, trigger string, minAge time.Dur
 
 // ofPod reports whether the container's record names the pod; an
 // unreadable record is no pod's (CheckAll reports it).
-func (v *Verifier) ofPod(id, podUID string) bool {
+func (v *Verifier) ofPods(id string, pods map[string]bool) bool {
 	dir, err := hookstate.Dir(v.StateDir, id)
 	if err != nil {
 		return false
 	}
 	c, err := hookstate.ReadContainer(dir)
-	return err == nil && c.PodUID == podUID
+	return err == nil && pods[c.PodUID]
 }
 
 func (v *Verifier) removeStale(id string, minAge time.Duration) (bool, error) {

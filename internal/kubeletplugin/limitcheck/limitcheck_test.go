@@ -587,10 +587,10 @@ func TestNotHeldCleared(t *testing.T) {
 	}
 }
 
-// CheckPod, after an update of a pod's own cgroup, holds that pod's budget
-// (systemd wrote max there) and its containers' limits, and touches no
-// other pod's.
-func TestCheckPod(t *testing.T) {
+// CheckPods, after an update of a pod's own cgroup, holds that pod's
+// budget (systemd wrote max there) and its containers' limits, and touches
+// no other pod's; given several pods, it holds each.
+func TestCheckPods(t *testing.T) {
 	const otherPod = "dddddddd-0000-4000-8000-000000000004"
 	root, stateDir := t.TempDir(), t.TempDir()
 	pods := map[string]string{podUID: "/kubepods.slice/kubepods-pod1.slice", otherPod: "/kubepods.slice/kubepods-pod2.slice"}
@@ -609,9 +609,9 @@ func TestCheckPod(t *testing.T) {
 	}
 	rep := &fakeReporter{}
 	v := &Verifier{StateDir: stateDir, CgroupRoot: root, Reporter: rep}
-	sum, err := v.CheckPod(context.Background(), podUID, "pod-update")
+	sum, err := v.CheckPods(context.Background(), []string{podUID}, "pod-update")
 	if err != nil || sum != (Summary{Restored: 1}) {
-		t.Fatalf("CheckPod = %+v, %v; want one container's pod budget restored", sum, err)
+		t.Fatalf("CheckPods = %+v, %v; want one container's pod budget restored", sum, err)
 	}
 	if f := read(t, filepath.Join(root, pods[podUID], "memory.swap.max")); f != fmt.Sprint(100*mi) {
 		t.Errorf("the pod's memory.swap.max = %s, want %d", f, 100*mi)
@@ -622,7 +622,17 @@ func TestCheckPod(t *testing.T) {
 	if len(rep.reports) != 1 || !rep.reports[0].pod || rep.reports[0].trigger != "pod-update" {
 		t.Errorf("reports %+v, want one restore of the pod's budget", rep.reports)
 	}
-	if _, err := v.CheckPod(context.Background(), "", "pod-update"); err == nil {
-		t.Error("CheckPod without a pod UID did not fail")
+	sum, err = v.CheckPods(context.Background(), []string{podUID, otherPod}, "pod-update")
+	if err != nil || sum != (Summary{Held: 1, Restored: 1}) {
+		t.Fatalf("CheckPods of both pods = %+v, %v; want the first held and the other's budget restored", sum, err)
+	}
+	if f := read(t, filepath.Join(root, pods[otherPod], "memory.swap.max")); f != fmt.Sprint(100*mi) {
+		t.Errorf("the other pod's memory.swap.max = %s, want %d", f, 100*mi)
+	}
+	if _, err := v.CheckPods(context.Background(), []string{podUID, ""}, "pod-update"); err == nil {
+		t.Error("CheckPods with an empty pod UID did not fail")
+	}
+	if sum, err := v.CheckPods(context.Background(), nil, "pod-update"); err != nil || sum != (Summary{}) {
+		t.Errorf("CheckPods of no pods = %+v, %v; want nothing checked", sum, err)
 	}
 }

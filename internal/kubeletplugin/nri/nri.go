@@ -67,7 +67,7 @@ const (
 type Verifier interface {
 	Check(ctx context.Context, containerID, trigger string) (limitcheck.Outcome, error)
 	CheckAll(ctx context.Context, trigger string, minAge time.Duration) (limitcheck.Summary, error)
-	CheckPod(ctx context.Context, podUID, trigger string) (limitcheck.Summary, error)
+	CheckPods(ctx context.Context, podUIDs []string, trigger string) (limitcheck.Summary, error)
 }
 
 // Observer is told when the runtime registers the plugin or drops it

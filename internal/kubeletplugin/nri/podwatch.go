@@ -38,9 +38,10 @@ const (
 // max for at most about one interval and one check, where the interval
 // pass of the verifier left it for up to --verify-interval.
 //
-// One goroutine (run) serves every watch; a watch costs one check of the
-// pod's records and cgroups per interval, and ends window after the pod's
-// last event.
+// One goroutine (run) serves every watch: each interval it checks every
+// watched pod's records and cgroups in one pass (Verifier.CheckPods, one
+// lock of the records however many pods starting or resized at once), and
+// a watch ends window after the pod's last event.
 type podWatch struct {
 	verifier Verifier
 	interval time.Duration
@@ -90,16 +91,18 @@ func (w *podWatch) run(ctx context.Context) {
 		case <-ticker.C:
 		}
 		now := time.Now()
+		uids := make([]string, 0, len(until))
 		for uid, end := range until {
-			sum, err := w.verifier.CheckPod(ctx, uid, PodUpdateTrigger)
-			if err != nil {
-				logger.Error(err, "Verifying a pod's swap limits after an update", "podUID", uid)
-			} else if sum.Restored > 0 {
-				logger.V(2).Info("Restored a pod's swap limits after an update", "podUID", uid, "restored", sum.Restored)
-			}
+			uids = append(uids, uid)
 			if now.After(end) {
 				delete(until, uid)
 			}
+		}
+		sum, err := w.verifier.CheckPods(ctx, uids, PodUpdateTrigger)
+		if err != nil {
+			logger.Error(err, "Verifying pods' swap limits after an update", "pods", len(uids))
+		} else if sum.Restored > 0 {
+			logger.V(2).Info("Restored pods' swap limits after an update", "pods", len(uids), "restored", sum.Restored)
 		}
 		if len(until) == 0 {
 			ticker.Stop()

@@ -56,7 +56,7 @@ func (v *scriptedVerifier) CheckAll(_ context.Context, trigger string, _ time.Du
 	return limitcheck.Summary{}, nil
 }
 
-func (v *scriptedVerifier) CheckPod(context.Context, string, string) (limitcheck.Summary, error) {
+func (v *scriptedVerifier) CheckPods(context.Context, []string, string) (limitcheck.Summary, error) {
 	return limitcheck.Summary{}, nil
 }
 

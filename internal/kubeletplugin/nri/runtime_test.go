@@ -42,10 +42,12 @@ func (f *fakeVerifier) CheckAll(_ context.Context, trigger string, _ time.Durati
 	return limitcheck.Summary{}, nil
 }
 
-func (f *fakeVerifier) CheckPod(_ context.Context, podUID, trigger string) (limitcheck.Summary, error) {
+func (f *fakeVerifier) CheckPods(_ context.Context, podUIDs []string, trigger string) (limitcheck.Summary, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.pods = append(f.pods, podUID+"/"+trigger)
+	for _, uid := range podUIDs {
+		f.pods = append(f.pods, uid+"/"+trigger)
+	}
 	return limitcheck.Summary{}, nil
 }
 
