@@ -40,7 +40,6 @@
 #                     boots for "guest" or "nodes")
 #   E2E_SKIP_BUILD=1  use what hack/e2e-build.sh and hack/guest/build.sh built
 #   E2E_CONFORMANCE=skip  no conformance pass: phase host runs the whole suite
-#   E2E_V2_TIMEOUT    seconds for the whole guest run (default 3600)
 #   GUEST_RUNTIME     the guest node's container runtime: containerd (with
 #                     runc, default) or crio (CRI-O with crun: the v2 node's
 #                     second configuration; make e2e-crio runs its guest phase)
@@ -97,17 +96,13 @@ printf '%s' "${E2E_RUN:-}" > "$share/run-filter"
 printf '%s' "${E2E_GUEST_BENCH:-}" > "$share/bench-filter"
 env | grep -E '^BENCH_[A-Z_]+=' | sed 's/^/export /' > "$share/bench.env" || true
 
-tap=dra-swap-tap0 host_ip=10.200.0.1 guest_ip=10.200.0.2
-host_pods=10.88.0.0/16 guest_pods=10.89.0.0/16
-host_node=dra-swap-node guest_node=dra-swap-guest
+# The two nodes' names and link (hack/cluster/lib.sh, CLUSTER_NODE).
+eval "$(CLUSTER_NODE=host bash -c 'source hack/cluster/lib.sh
+	printf "tap=%q host_ip=%q host_node=%q guest_node=%q\n" "$LINK_TAP" "$LINK_HOST_IP" "$HOST_NODE" "$GUEST_NODE"')"
 # This host: the control plane (on its end of the tap link, where the
 # guest reaches it and the registry) and the first node.
-host_env=(CLUSTER_ROLE=all NODE_NAME=$host_node NODE_IP=$host_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip
-	POD_CIDR=$host_pods NODE_PKI="$share/pki" PEER_NODE_NAME=$guest_node PEER_NODE_IP=$guest_ip PEER_POD_CIDR=$guest_pods
-	SWAP_BEHAVIOR=NoSwap SWAP_SIZE_MIB=1024 NODE_ZONE=zone-a NODE_REGION=region-1
-	RELEASE_DIR="$PWD/_output/release-e2e")
 cluster_down() {
-	env "${host_env[@]}" hack/cluster/down.sh >/dev/null 2>&1 || true
+	CLUSTER_NODE=host hack/cluster/down.sh >/dev/null 2>&1 || true
 	ip link del "$tap" 2>/dev/null || true
 }
 cluster_up() {
@@ -115,15 +110,12 @@ cluster_up() {
 	ip tuntap add dev "$tap" mode tap
 	ip addr add "$host_ip/24" dev "$tap"
 	ip link set "$tap" up
-	env "${host_env[@]}" hack/cluster/up.sh
+	CLUSTER_NODE=host hack/cluster/up.sh
 }
 trap cluster_down EXIT
 # The guest: the second node, joining.
 cat > "$share/node.env" <<ENV
-export CLUSTER_ROLE=node NODE_NAME=$guest_node NODE_IP=$guest_ip API_HOST=$host_ip REGISTRY_HOST=$host_ip NODE_PKI=/share/pki \\
-	POD_CIDR=$guest_pods PEER_NODE_IP=$host_ip PEER_POD_CIDR=$host_pods \\
-	SWAP_BEHAVIOR=NoSwap SWAP_SIZE_MIB=${GUEST_SWAP_MIB:-768} NODE_ZONE=zone-b NODE_REGION=region-2 UP_JOIN=1 CHART_FROM_REGISTRY=1 \
-	CONTAINER_RUNTIME=$GUEST_RUNTIME
+export CLUSTER_NODE=guest SWAP_SIZE_MIB=${GUEST_SWAP_MIB:-768} CONTAINER_RUNTIME=$GUEST_RUNTIME
 ENV
 cat > "$share/run.sh" <<'RUN'
 #!/bin/bash
@@ -133,7 +125,7 @@ cat > "$share/run.sh" <<'RUN'
 set -euo pipefail
 # systemd is the guest's PID 1: the kubelet and containerd use the systemd cgroup
 # driver and run as systemd units (the host's node keeps cgroupfs).
-export TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_EMULATED=1 CGROUP_DRIVER=systemd
+export E2E_TIMEOUT_SCALE=4 E2E_EMULATED=1
 source /share/node.env
 # What the node is: its Debian release and kernel, the kernel's swap
 # features that the driver publishes, the runtime and its OCI runtime.
@@ -268,7 +260,7 @@ if has_phase guest || has_phase nodes; then
 		rm -f "$share"/{node-suite-rc,poweroff}
 		# zswap on: the v2 node keeps swapped pages compressed first, as
 		# production nodes do (compressed-only claims need it).
-		GUEST_APPEND="zswap.enabled=1 ${GUEST_APPEND:-}" GUEST_TAP=$tap hack/guest/run.sh "$share" "${E2E_V2_TIMEOUT:-3600}" > _output/e2e-v2.log 2>&1 &
+		GUEST_APPEND="zswap.enabled=1 ${GUEST_APPEND:-}" GUEST_TAP=$tap hack/guest/run.sh "$share" 3600 > _output/e2e-v2.log 2>&1 &
 		guest=$!
 		# Until the guest's suite is done (or the guest stopped).
 		while kill -0 "$guest" 2>/dev/null && [ ! -f "$share/node-suite-rc" ]; do sleep 2; done
@@ -297,7 +289,7 @@ nodes_rc=0
 if has_phase nodes && [ -f "$share/node-suite-rc" ]; then
 	t=$SECONDS
 	echo "e2e-cluster: phase nodes: the two-node tests, from this host"
-	TIMEOUT_SCALE=4 E2E_TIMEOUT_SCALE=4 E2E_GUEST_SHARE=$share BENCH_REPORT=$PWD/_output/bench-nodes.txt suite _output/e2e-nodes.log \
+	E2E_TIMEOUT_SCALE=4 E2E_GUEST_SHARE=$share BENCH_REPORT=$PWD/_output/bench-nodes.txt suite _output/e2e-nodes.log \
 		-test.run "${E2E_RUN:-^TestTwoNodes}" ${E2E_BENCH:+-test.bench "$E2E_BENCH" -test.benchtime 1x -test.timeout 120m} || nodes_rc=1
 	echo "e2e-cluster: phase nodes took $((SECONDS - t)) s ($([ "$nodes_rc" = 0 ] && echo ok || echo FAIL); full log: _output/e2e-nodes.log)"
 	[ "$nodes_rc" = 0 ] || rc=1
@@ -324,7 +316,7 @@ if has_phase guest || has_phase nodes; then
 fi
 if [ "$rc" != 0 ]; then
 	echo "e2e-cluster: this host's component log tails:"
-	env "${host_env[@]}" hack/cluster/logs.sh 30 || true
+	CLUSTER_NODE=host hack/cluster/logs.sh 30 || true
 fi
 echo "e2e-cluster: $([ "$rc" = 0 ] && echo ok || echo FAIL) after $((SECONDS - start)) s"
 exit "$rc"

@@ -12,18 +12,12 @@ RELEASE=dra-driver-swap
 NAMESPACE=$DRIVER_NAMESPACE
 HELM="$BIN/helm"
 export KUBECONFIG="$CLUSTER_DIR/kubeconfig/admin.kubeconfig"
-# The registry and the chart of the running cluster (its env file),
-# whoever runs this: the two-node cluster serves the registry off loopback,
-# where its nodes reach it, and installs the release's chart from it.
-if [ -f "$CLUSTER_DIR/env" ]; then
-	REGISTRY=$(sed -n 's/^REGISTRY=//p' "$CLUSTER_DIR/env")
-	DRIVER_REPOSITORY=$(sed -n 's/^DRIVER_REPOSITORY=//p' "$CLUSTER_DIR/env")
-	CHART_REF=$(sed -n 's/^CHART=//p' "$CLUSTER_DIR/env")
-fi
 # helm's credentials for the registry (up.sh wrote them).
 export DOCKER_CONFIG="$DOCKER_CONFIG_DIR"
-chart=("${CHART_REF:-$CHART}")
-[ -z "$CHART_REF" ] || chart+=(--version "$DRIVER_VERSION" --plain-http)
+# The chart: the checkout's (CHART), or the release's from the cluster's
+# registry (lib.sh: CHART_REF, as the running cluster's node has it).
+chart=("$CHART")
+[ -z "$CHART_REF" ] || chart=("$CHART_REF" --version "$DRIVER_VERSION" --plain-http)
 
 values() {
 	cat <<VALUES
@@ -79,14 +73,14 @@ install | start)
 	log "helm install $RELEASE from ${chart[*]} (image $DRIVER_REPOSITORY/dra-driver-swap:$DRIVER_VERSION)"
 	begin=$SECONDS
 	"$HELM" upgrade --install "$RELEASE" "${chart[@]}" --namespace "$NAMESPACE" \
-		--values "$CLUSTER_DIR/values.yaml" --wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
+		--values "$CLUSTER_DIR/values.yaml" --wait --timeout "$((5 * TIMEOUT_SCALE))m"
 	log "driver installed and ready in $((SECONDS - begin))s"
 	;;
 upgrade)
 	require_root
 	[ -n "${2:-}" ] || die "usage: driver.sh upgrade TAG"
 	"$HELM" upgrade "$RELEASE" "${chart[@]}" --namespace "$NAMESPACE" --reuse-values --set-string "image.tag=$2" \
-		--wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
+		--wait --timeout "$((5 * TIMEOUT_SCALE))m"
 	;;
 set)
 	require_root
@@ -95,11 +89,11 @@ set)
 	sets=()
 	for kv in "$@"; do sets+=(--set "$kv"); done
 	"$HELM" upgrade "$RELEASE" "${chart[@]}" --namespace "$NAMESPACE" --reuse-values "${sets[@]}" \
-		--wait --timeout "$((5 * ${TIMEOUT_SCALE:-1}))m"
+		--wait --timeout "$((5 * TIMEOUT_SCALE))m"
 	;;
 uninstall | stop)
 	require_root
-	"$HELM" uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --timeout "$((3 * ${TIMEOUT_SCALE:-1}))m"
+	"$HELM" uninstall "$RELEASE" --namespace "$NAMESPACE" --wait --timeout "$((3 * TIMEOUT_SCALE))m"
 	;;
 values) values ;;
 *) die "usage: driver.sh install|upgrade TAG|set KEY=VALUE...|uninstall|values" ;;

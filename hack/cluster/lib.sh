@@ -4,76 +4,101 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BIN="${BIN:-$REPO/_output/bin}"
-IMAGES="${IMAGES:-$REPO/_output/images}"
+BIN="$REPO/_output/bin"
+IMAGES="$REPO/_output/images"
 # The driver image's tag (the chart's appVersion) and the tag of the same
 # code built with another version label, which the e2e upgrade test rolls to.
 DRIVER_VERSION="${DRIVER_VERSION:-${VERSION:-0.2.0}}"
-DRIVER_UPGRADE_VERSION="${DRIVER_UPGRADE_VERSION:-$DRIVER_VERSION-upgrade}"
+DRIVER_UPGRADE_VERSION="$DRIVER_VERSION-upgrade"
 # The OCI layouts build.sh writes and up.sh pushes: every image at
 # DRIVER_VERSION, and the driver's at DRIVER_UPGRADE_VERSION.
 IMAGES_UPGRADE="$IMAGES-upgrade"
 IMAGE_LAYOUTS="$IMAGES $IMAGES_UPGRADE"
 CLUSTER_DIR="${CLUSTER_DIR:-/var/lib/dra-swap-e2e}"
-NODE_NAME="${NODE_NAME:-dra-swap-node}"
 SWAP_SIZE_MIB="${SWAP_SIZE_MIB:-1024}"
-# The node's facts that may differ between the two nodes of the e2e cluster
-# (hack/e2e-cluster.sh): the kubelet's swapBehavior (NoSwap on both: under
-# LimitedSwap the driver sells no swap by default) and the node's zone and
-# region labels.
-SWAP_BEHAVIOR="${SWAP_BEHAVIOR:-NoSwap}"
-case "$SWAP_BEHAVIOR" in NoSwap | LimitedSwap) ;; *) echo "SWAP_BEHAVIOR must be NoSwap or LimitedSwap, not $SWAP_BEHAVIOR" >&2; exit 1 ;; esac
-NODE_ZONE="${NODE_ZONE:-zone-a}"
-NODE_REGION="${NODE_REGION:-region-1}"
-ETCD_PORT="${ETCD_PORT:-23790}"
-ETCD_PEER_PORT="${ETCD_PEER_PORT:-23800}"
-API_PORT="${API_PORT:-26443}"
-# The node's address: kube-apiserver binds and advertises it (the endpoint
-# of the kubernetes Service), the kubelet reports it. Unless an interface
-# has it already (the guest puts it on dummy0), up.sh adds it to lo as a
-# /32 labelled $NODE_IP_LABEL, which teardown removes again.
-NODE_IP="${NODE_IP:-10.201.0.1}"
-NODE_IP_LABEL=lo:draswap
-# Which part of the cluster up.sh brings up here: all (one node with its
-# own control plane), control-plane (etcd, kube-apiserver, the controller
-# manager, the scheduler and the registry, for a node elsewhere: the v2 leg
-# runs them on the host, beside its emulated guest) or node (containerd,
-# the kubelet, kube-proxy, swap and the driver, against a control plane at
-# API_HOST). A running cluster's env file says which.
-if [ -z "${CLUSTER_ROLE:-}" ] && [ -f "$CLUSTER_DIR/env" ]; then
-	CLUSTER_ROLE=$(sed -n 's/^CLUSTER_ROLE=//p' "$CLUSTER_DIR/env")
+[[ "$SWAP_SIZE_MIB" =~ ^[1-9][0-9]*$ ]] || { echo "SWAP_SIZE_MIB must be a positive number of MiB, not '$SWAP_SIZE_MIB'" >&2; exit 1; }
+# Which node this is (CLUSTER_NODE); every name, address and fact of it
+# follows from that:
+#   single  one node with its own control plane (make demo, make e2e), on
+#           10.201.0.1 (on lo)
+#   host    the two-node cluster's (hack/e2e-cluster.sh) first node and its
+#           control plane, on this host's end of the tap link to the guest
+#           (10.200.0.1), with the certificates of the guest's kubelet in
+#           NODE_PKI and the guest's pods routed to it
+#   guest   its second node, in the emulated guest (10.200.0.2, which the
+#           guest image sets: hack/guest/init), joining the cluster whose
+#           driver is installed already (the chart from the registry); the
+#           systemd cgroup driver
+# The nodes differ on purpose: zone-a/region-1 and pods 10.88.0.0/16 on
+# single and host, zone-b/region-2 and 10.89.0.0/16 on guest. The kubelet's
+# swapBehavior is NoSwap on all (the driver sells no swap under another).
+# A running cluster's env file says which node it is.
+if [ -z "${CLUSTER_NODE:-}" ] && [ -f "$CLUSTER_DIR/env" ]; then
+	CLUSTER_NODE=$(sed -n 's/^CLUSTER_NODE=//p' "$CLUSTER_DIR/env")
 fi
-CLUSTER_ROLE="${CLUSTER_ROLE:-all}"
-case "$CLUSTER_ROLE" in all | control-plane | node) ;; *) echo "CLUSTER_ROLE must be all, control-plane or node, not $CLUSTER_ROLE" >&2; exit 1 ;; esac
+CLUSTER_NODE="${CLUSTER_NODE:-single}"
+LINK_TAP=dra-swap-tap0 LINK_HOST_IP=10.200.0.1 LINK_GUEST_IP=10.200.0.2
+HOST_NODE=dra-swap-node GUEST_NODE=dra-swap-guest
+HOST_POD_CIDR=10.88.0.0/16 GUEST_POD_CIDR=10.89.0.0/16
+# Every node's pod network (kube-proxy's clusterCIDR).
+CLUSTER_CIDR=10.88.0.0/15
+SWAP_BEHAVIOR=NoSwap
+# CLUSTER_ROLE: all (the control plane and a node) or node (a node joining
+# the control plane at API_HOST). PEER_NODE_NAME: the other node, for which
+# the control plane makes a kubelet certificate (in NODE_PKI, the directory
+# between the two). PEER_POD_CIDR is routed to PEER_NODE_IP (the other end
+# of the link) and noted for teardown. The node's address (NODE_IP):
+# kube-apiserver binds and advertises it (the endpoint of the kubernetes
+# Service), the kubelet reports it; unless an interface has it already
+# (the tap, the guest's dummy0), up.sh adds it to lo as a /32 labelled
+# NODE_IP_LABEL, which teardown removes again.
+case "$CLUSTER_NODE" in
+single)
+	CLUSTER_ROLE=all NODE_NAME=$HOST_NODE NODE_IP=10.201.0.1 REGISTRY_HOST=127.0.0.1
+	NODE_PKI="" PEER_NODE_NAME="" PEER_NODE_IP="" PEER_POD_CIDR=""
+	;;
+host)
+	CLUSTER_ROLE=all NODE_NAME=$HOST_NODE NODE_IP=$LINK_HOST_IP REGISTRY_HOST=$LINK_HOST_IP
+	NODE_PKI="$REPO/_output/guest-share/pki" PEER_NODE_NAME=$GUEST_NODE PEER_NODE_IP=$LINK_GUEST_IP PEER_POD_CIDR=$GUEST_POD_CIDR
+	;;
+guest)
+	CLUSTER_ROLE=node NODE_NAME=$GUEST_NODE NODE_IP=$LINK_GUEST_IP REGISTRY_HOST=$LINK_HOST_IP
+	NODE_PKI=/share/pki PEER_NODE_NAME="" PEER_NODE_IP=$LINK_HOST_IP PEER_POD_CIDR=$HOST_POD_CIDR
+	;;
+*) echo "CLUSTER_NODE must be single, host or guest, not $CLUSTER_NODE" >&2; exit 1 ;;
+esac
+NODE_IP_LABEL=lo:draswap
 # The API server's address: the node's own, unless the control plane runs
 # elsewhere.
-API_HOST="${API_HOST:-$NODE_IP}"
+API_HOST=$NODE_IP
+if [ "$CLUSTER_NODE" = guest ]; then
+	API_HOST=$LINK_HOST_IP POD_CIDR=$GUEST_POD_CIDR NODE_ZONE=zone-b NODE_REGION=region-2
+else
+	POD_CIDR=$HOST_POD_CIDR NODE_ZONE=zone-a NODE_REGION=region-1
+fi
+# Timeouts are multiplied by the whole part of E2E_TIMEOUT_SCALE, the
+# suite's own factor (4 on the emulated guest; 1 by default).
+TIMEOUT_SCALE=${E2E_TIMEOUT_SCALE:-1}
+TIMEOUT_SCALE=${TIMEOUT_SCALE%%.*}
+[[ "$TIMEOUT_SCALE" =~ ^[1-9][0-9]*$ ]] || TIMEOUT_SCALE=1
+ETCD_PORT=23790
+ETCD_PEER_PORT=23800
+API_PORT=26443
 # Pod network: a bridge (CNI bridge + host-local IPAM) on the node, and
 # kube-proxy in iptables mode for Services.
-POD_CIDR="${POD_CIDR:-10.88.0.0/16}"
-# Every node's pod network (kube-proxy's clusterCIDR): 10.88.0.0/16 on the
-# host, 10.89.0.0/16 in the guest.
-CLUSTER_CIDR="${CLUSTER_CIDR:-10.88.0.0/15}"
-# A second node (hack/e2e-cluster.sh): on the first, PEER_NODE_NAME is the
-# node the control plane makes a kubelet certificate for (in NODE_PKI); on
-# either, PEER_POD_CIDR is routed to PEER_NODE_IP (the other end of the
-# link between them) and noted for teardown.
-PEER_NODE_NAME="${PEER_NODE_NAME:-}"
-PEER_NODE_IP="${PEER_NODE_IP:-}"
-PEER_POD_CIDR="${PEER_POD_CIDR:-}"
 POD_BRIDGE=dra-swap0
 CNI_NETWORK=dra-swap-pods
 SERVICE_CIDR=10.0.0.0/24
 # The kubernetes Service: the first address of SERVICE_CIDR.
 KUBERNETES_SERVICE_IP=10.0.0.1
-PROXY_HEALTHZ_PORT="${PROXY_HEALTHZ_PORT:-10256}"
-PROXY_METRICS_PORT="${PROXY_METRICS_PORT:-10249}"
+PROXY_HEALTHZ_PORT=10256
+PROXY_METRICS_PORT=10249
 # The namespace hack/cluster/driver.sh installs the driver in (its pods' logs
 # are in logs.sh's output).
-DRIVER_NAMESPACE="${DRIVER_NAMESPACE:-dra-swap}"
-# The image registry on loopback that containerd pulls from over plain http.
-REGISTRY_PORT="${REGISTRY_PORT:-25000}"
-REGISTRY_HOST="${REGISTRY_HOST:-127.0.0.1}"
+DRIVER_NAMESPACE=dra-swap
+# The image registry that containerd pulls from over plain http: on
+# loopback, or on the control plane's end of the tap link for two nodes.
+REGISTRY_PORT=25000
 REGISTRY="$REGISTRY_HOST:$REGISTRY_PORT"
 # It wants credentials, as a user's registry does: for every push, and for
 # pulls under REGISTRY_PATH, where the driver's images and chart go
@@ -83,7 +108,7 @@ REGISTRY="$REGISTRY_HOST:$REGISTRY_PORT"
 # (a node elsewhere copies them from NODE_PKI); helm and dra-swap-images
 # read the docker config from DOCKER_CONFIG_DIR, and the driver's pods
 # pull with the Secret PULL_SECRET made of it.
-REGISTRY_PATH="${REGISTRY_PATH:-private/dra-swap}"
+REGISTRY_PATH=private/dra-swap
 DRIVER_REPOSITORY="$REGISTRY/$REGISTRY_PATH"
 REGISTRY_USER=dra-swap
 REGISTRY_AUTH_FILES="registry-basic-auth registry-docker-config.json"
@@ -91,35 +116,32 @@ DOCKER_CONFIG_DIR="$CLUSTER_DIR/docker"
 PULL_SECRET=dra-swap-registry
 # The chart driver.sh installs: the checkout's, or the release's from the
 # cluster's registry, as users install it (oci://, --version
-# DRIVER_VERSION), with RELEASE_DIR (hack/release.sh's artifacts of
-# DRIVER_VERSION, which up.sh pushes there) or CHART_FROM_REGISTRY=1 (a
-# node joining such a cluster).
+# DRIVER_VERSION): with RELEASE_DIR (hack/release.sh's artifacts of
+# DRIVER_VERSION, which up.sh pushes there; the host node's is
+# _output/release-e2e), and on the guest, which joins such a cluster.
+if [ "$CLUSTER_NODE" = host ]; then
+	RELEASE_DIR="${RELEASE_DIR:-$REPO/_output/release-e2e}"
+fi
 CHART_REF=""
-if [ -n "${RELEASE_DIR:-}" ] || [ "${CHART_FROM_REGISTRY:-}" = 1 ]; then
+if [ -n "${RELEASE_DIR:-}" ] || [ "$CLUSTER_NODE" = guest ]; then
 	CHART_REF="oci://$DRIVER_REPOSITORY/charts/dra-driver-swap"
 fi
 PKI="$CLUSTER_DIR/pki"
-# With the control plane and the node apart, NODE_PKI is the directory
-# between them: the control plane writes the certificates a node needs there
-# (NODE_PKI_FILES), the node copies them from there.
-NODE_PKI="${NODE_PKI:-}"
+# The certificates the other node needs (NODE_PKI: the control plane writes
+# them there, the guest copies them from there).
 NODE_PKI_FILES="ca.crt admin.crt admin.key kubelet.crt kubelet.key kube-proxy.crt kube-proxy.key $REGISTRY_AUTH_FILES"
-# Component logs (CLUSTER_LOGS: elsewhere, e.g. where a guest can read them).
-LOGS="${CLUSTER_LOGS:-$CLUSTER_DIR/logs}"
+# Component logs.
+LOGS="$CLUSTER_DIR/logs"
 PIDS="$CLUSTER_DIR/pids"
 RUN="$CLUSTER_DIR/run"
 # containerd's NRI socket (NRI on, its default; NRI_DISABLE=1 turns it off
 # to run the driver with the CDI hook and the verifier alone).
 NRI_SOCKET="$RUN/nri/nri.sock"
-# The kubelet's and containerd's cgroup driver: cgroupfs (the v1 leg), or
-# systemd (the v2 guest, where systemd is PID 1; the kubelet and containerd
-# then run as systemd units).
-# A running cluster's env file says which one it was brought up with.
-if [ -z "${CGROUP_DRIVER:-}" ] && [ -f "$CLUSTER_DIR/env" ]; then
-	CGROUP_DRIVER=$(sed -n 's/^CGROUP_DRIVER=//p' "$CLUSTER_DIR/env")
-fi
-CGROUP_DRIVER="${CGROUP_DRIVER:-cgroupfs}"
-case "$CGROUP_DRIVER" in cgroupfs | systemd) ;; *) echo "CGROUP_DRIVER must be cgroupfs or systemd, not $CGROUP_DRIVER" >&2; exit 1 ;; esac
+# The kubelet's and the runtime's cgroup driver: cgroupfs, or systemd on
+# the guest (where systemd is PID 1; the kubelet and the runtime then run
+# as systemd units).
+CGROUP_DRIVER=cgroupfs
+[ "$CLUSTER_NODE" = guest ] && CGROUP_DRIVER=systemd
 # The node's container runtime: containerd with runc (both nodes by
 # default), or CRI-O with crun (the v2 node's second configuration,
 # GUEST_RUNTIME=crio in hack/e2e-cluster.sh; needs the systemd cgroup
@@ -242,9 +264,9 @@ stop() {
 }
 
 # wait_for WHAT SECONDS CMD...: polls CMD until it succeeds, for SECONDS
-# times TIMEOUT_SCALE (an integer, 1 unless the node runs emulated).
+# times TIMEOUT_SCALE.
 wait_for() {
-	local what=$1 timeout=$(( $2 * ${TIMEOUT_SCALE:-1} )); shift 2
+	local what=$1 timeout=$(( $2 * TIMEOUT_SCALE )); shift 2
 	local start=$SECONDS
 	until "$@" >/dev/null 2>&1; do
 		if (( SECONDS - start > timeout )); then
@@ -386,13 +408,6 @@ teardown_network() {
 
 # teardown: stops everything a run (also a killed one) left behind.
 teardown() {
-	if [ "$CLUSTER_ROLE" = control-plane ]; then
-		# Processes only: no node, so nothing in the node's network,
-		# cgroups or swap.
-		for c in $COMPONENTS; do stop "$c"; done
-		rm -rf "$CLUSTER_DIR"
-		return 0
-	fi
 	if [ ! -d "$CLUSTER_DIR" ]; then
 		teardown_network
 		return 0

@@ -6,31 +6,24 @@
 # hack/cluster/driver.sh). Run hack/cluster/build.sh first. State:
 # CLUSTER_DIR (default /var/lib/dra-swap-e2e). Clears whatever an earlier,
 # killed run left.
-#   UP_SKIP_DRIVER=1  stop before installing the driver (a cluster without it)
-#   CLUSTER_ROLE=control-plane|node  one half of the cluster (lib.sh)
-#   PEER_NODE_NAME, PEER_NODE_IP, PEER_POD_CIDR, NODE_PKI  a second node
-#                     (hack/e2e-cluster.sh: this host and an emulated guest)
-#   UP_JOIN=1         a node joining a cluster whose driver is installed
-#                     already: wait for the driver's DaemonSet to publish
-#                     this node's swap instead of installing it
+#   CLUSTER_NODE=host|guest  a node of the two-node cluster (lib.sh); the
+#                     guest joins a cluster whose driver is installed
+#                     already: it waits for the driver's DaemonSet to
+#                     publish its swap instead of installing it
 source "$(dirname "$0")/lib.sh"
 require_root
 begin=$SECONDS
 has_control_plane() { [ "$CLUSTER_ROLE" != node ]; }
-has_node() { [ "$CLUSTER_ROLE" != control-plane ]; }
-need=(dra-swap-images)
+need=(dra-swap-images kubelet kube-proxy e2e-clusterctl)
 has_control_plane && need+=(kube-apiserver kube-controller-manager kube-scheduler)
-has_node && need+=(kubelet kube-proxy e2e-clusterctl)
-if has_node; then
-	case "$CONTAINER_RUNTIME" in
-	containerd) need+=(containerd ctr containerd-shim-runc-v2) ;;
-	crio)
-		need+=(crio pinns)
-		[ "$CGROUP_DRIVER" = systemd ] || die "CONTAINER_RUNTIME=crio runs with the systemd cgroup driver here (CGROUP_DRIVER=systemd)"
-		for b in crun conmon; do command -v "$b" >/dev/null || die "CONTAINER_RUNTIME=crio needs $b (Debian's package $b)"; done
-		;;
-	esac
-fi
+case "$CONTAINER_RUNTIME" in
+containerd) need+=(containerd ctr containerd-shim-runc-v2) ;;
+crio)
+	need+=(crio pinns)
+	[ "$CGROUP_DRIVER" = systemd ] || die "CONTAINER_RUNTIME=crio runs with the systemd cgroup driver here: on the guest (CLUSTER_NODE=guest)"
+	for b in crun conmon; do command -v "$b" >/dev/null || die "CONTAINER_RUNTIME=crio needs $b (Debian's package $b)"; done
+	;;
+esac
 for b in "${need[@]}"; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run hack/cluster/build.sh"
 done
@@ -40,7 +33,7 @@ if has_control_plane; then
 	done
 fi
 if ! has_control_plane; then
-	[ -f "$NODE_PKI/ca.crt" ] || die "CLUSTER_ROLE=node needs NODE_PKI, the control plane's certificates ($NODE_PKI_FILES)"
+	[ -f "$NODE_PKI/ca.crt" ] || die "the guest needs the control plane's certificates ($NODE_PKI_FILES) in $NODE_PKI"
 fi
 teardown
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$RUN" "$CLUSTER_DIR"/{kubeconfig,cdi,cni/net.d,cni/ipam,swap,bin,pod-logs,registry,kubelet/plugins_registry}
@@ -53,17 +46,13 @@ if has_control_plane; then
 	done
 	if (exec 3<>"/dev/tcp/$REGISTRY_HOST/$REGISTRY_PORT") 2>/dev/null; then die "port $REGISTRY_PORT on $REGISTRY_HOST is in use"; fi
 fi
-if has_node; then
-	for port in $PROXY_HEALTHZ_PORT $PROXY_METRICS_PORT; do
+for port in $PROXY_HEALTHZ_PORT $PROXY_METRICS_PORT; do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then die "port $port on 127.0.0.1 is in use"; fi
-	done
-	add_node_ip
-	add_service_route
-	add_peer_route
-	set_sysctls
-else
-	[ -n "$(ip -4 -o addr show to "$API_HOST/32")" ] || die "no interface has the API server's address $API_HOST"
-fi
+done
+add_node_ip
+add_service_route
+add_peer_route
+set_sysctls
 if has_control_plane && (exec 3<>"/dev/tcp/$API_HOST/$API_PORT") 2>/dev/null; then die "port $API_PORT on $API_HOST is in use"; fi
 
 # --- certificates: made by the control plane; a node copies what it needs
@@ -101,8 +90,7 @@ if has_control_plane; then
 		printf '{"auths": {"%s": {"auth": "%s"}}}\n' "$REGISTRY" "$(tr -d '\n' < registry-basic-auth | base64 -w0)" > registry-docker-config.json
 	)
 	cd - >/dev/null
-	if ! has_node || [ -n "$PEER_NODE_NAME" ]; then
-		[ -n "$NODE_PKI" ] || die "a node elsewhere (CLUSTER_ROLE=control-plane or PEER_NODE_NAME) needs NODE_PKI, where to put its certificates"
+	if [ -n "$PEER_NODE_NAME" ]; then
 		mkdir -p "$NODE_PKI"
 		for f in $NODE_PKI_FILES; do cp "$PKI/$f" "$NODE_PKI/"; done
 		# The other node's kubelet has a certificate of its own name.
@@ -123,7 +111,7 @@ cp "$PKI/registry-docker-config.json" "$DOCKER_CONFIG_DIR/config.json"
 export DOCKER_CONFIG="$DOCKER_CONFIG_DIR"
 users="admin"
 has_control_plane && users="$users kube-controller-manager kube-scheduler"
-has_node && users="$users kubelet kube-proxy"
+users="$users kubelet kube-proxy"
 for user in $users; do
 	cat > "$CLUSTER_DIR/kubeconfig/$user.kubeconfig" <<KC
 apiVersion: v1
@@ -159,13 +147,14 @@ NRI_SOCKET=$NRI_SOCKET
 NRI_DISABLE=${NRI_DISABLE:-0}
 CGROUP_DRIVER=$CGROUP_DRIVER
 CONTAINER_RUNTIME=$CONTAINER_RUNTIME
+CLUSTER_NODE=$CLUSTER_NODE
 CLUSTER_ROLE=$CLUSTER_ROLE
 API_HOST=$API_HOST
 SWAP_BEHAVIOR=$SWAP_BEHAVIOR
 NODE_ZONE=$NODE_ZONE
 NODE_REGION=$NODE_REGION
 PEER_NODE_NAME=$PEER_NODE_NAME
-CONTROL_PLANE_LOGS=${CONTROL_PLANE_LOGS:-$LOGS}
+CONTROL_PLANE_LOGS=$LOGS
 ENV
 
 # --- control plane
@@ -176,13 +165,7 @@ if has_control_plane; then
 		--listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
 		--initial-cluster="e2e=http://127.0.0.1:$ETCD_PEER_PORT" --log-level=warn
 	log "kube-apiserver"
-	# With the node elsewhere, webhook calls go to the endpoints' pod IPs
-	# (routed to the node), not to Service IPs, which only the node's
-	# kube-proxy translates.
-	aggregator_routing=false
-	[ "$CLUSTER_ROLE" = control-plane ] && aggregator_routing=true
 	start kube-apiserver "$BIN/kube-apiserver" --bind-address="$API_HOST" --advertise-address="$API_HOST" --secure-port="$API_PORT" \
-		--enable-aggregator-routing="$aggregator_routing" \
 		--etcd-servers="http://127.0.0.1:$ETCD_PORT" --service-cluster-ip-range="$SERVICE_CIDR" \
 		--client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 		--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
@@ -236,11 +219,6 @@ if has_control_plane; then
 	fi
 	log "images in $REGISTRY: $(curl -sf -u "$(cat "$PKI/registry-basic-auth")" "http://$REGISTRY/v2/_catalog" | tr -d '\n')"
 fi
-if ! has_node; then
-	log "control plane up in $((SECONDS - begin))s on $API_HOST:$API_PORT (registry $REGISTRY) for the node $NODE_NAME at $NODE_IP"
-	exit 0
-fi
-
 # --- node: pod network, containerd, swap, kubelet, kube-proxy
 # One bridge for the node's pods; containerd adds the loopback network itself.
 cat > "$CLUSTER_DIR/cni/net.d/10-$CNI_NETWORK.conflist" <<CNI
@@ -377,10 +355,8 @@ wait_for "kube-proxy healthy" 60 curl -sf "http://127.0.0.1:$PROXY_HEALTHZ_PORT/
 "$BIN/e2e-clusterctl" setup
 
 # --- the driver
-if [ "${UP_SKIP_DRIVER:-}" = 1 ]; then
-	log "UP_SKIP_DRIVER=1: the driver is not installed"
-elif [ "${UP_JOIN:-}" = 1 ]; then
-	log "UP_JOIN=1: waiting for the installed driver's DaemonSet to publish this node's swap"
+if [ "$CLUSTER_NODE" = guest ]; then
+	log "$NODE_NAME joins: waiting for the installed driver's DaemonSet to publish this node's swap"
 	"$BIN/e2e-clusterctl" driver-ready || { "$REPO/hack/cluster/logs.sh" 30 >&2; die "the driver published no swap device for $NODE_NAME"; }
 else
 	"$REPO/hack/cluster/driver.sh" start

@@ -3,21 +3,21 @@
 # emulation (TCG), for hack/guest/run.sh. Needs root (apt-get, debootstrap,
 # mknod, mkfs).
 #
-# Output: ${GUEST_DIR:-_output/guest}/<key>/{vmlinuz,initrd.img,rootfs.img,done}
-# and the symlink ${GUEST_DIR}/current -> <key>, which run.sh boots. A build
+# Output: _output/guest/<key>/{vmlinuz,initrd.img,rootfs.img,done}
+# and the symlink _output/guest/current -> <key>, which run.sh boots. A build
 # removes the images of other keys.
 #   vmlinuz     trixie's kernel (6.12 LTS), the linux-image-* package that
 #               trixie's linux-image-amd64 depends on
 #   initrd.img  busybox initramfs: loads virtio and ext4, mounts /dev/vda and
 #               switch_roots to /sbin/dra-swap-guest-init (hack/guest/init)
 #   rootfs.img  ext4 (8G, sparse): debootstrap minbase with what a single-node
-#               cluster needs, the kernel's modules, and EXTRA_FILES
+#               cluster needs and the kernel's modules
 #
 # The build is skipped when <key>/done exists. The key is the sha256 of the
 # kernel package and version, the suite, the package list and the packages'
-# versions, the disk size, the contents of hack/guest/*.sh and the init
-# files, and the EXTRA_FILES. Versions come from trixie's own package lists,
-# which apt keeps apart from the host's in ${GUEST_DIR}/apt (the host may run
+# versions, the disk size, and the contents of hack/guest/*.sh and the init
+# files. Versions come from trixie's own package lists,
+# which apt keeps apart from the host's in _output/guest/apt (the host may run
 # another release): a cache hit reads the lists of the last cold build and
 # needs neither the network nor root (when the host tools are installed); a
 # cold build refreshes them first. Kubernetes, containerd, CRI-O and the
@@ -26,13 +26,9 @@
 # one image serves both node configurations (GUEST_RUNTIME).
 #
 # Environment:
-#   GUEST_DIR        where images are kept (default _output/guest; relative to the repo)
-#   EXTRA_FILES      whitespace-separated host files copied into the image's
-#                    /opt/dra-swap-e2e/bin (on the guest's PATH)
-#   GUEST_PACKAGES   packages added to the default list (comma- or space-separated)
-#   GUEST_DISK_SIZE  size of rootfs.img (default 8G; sparse)
+#   GUEST_KERNEL_PKG a kernel package to boot instead (for example
+#                    trixie-backports' linux-image-*-amd64)
 #   GUEST_MIRROR     Debian mirror for debootstrap (default http://deb.debian.org/debian)
-#   GUEST_KEEP_BUILD=1  keep the build directory (rootfs tree) for debugging
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,15 +37,11 @@ REPO=$(cd "$HERE/../.." && pwd)
 log() { printf '[guest-build %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-GUEST_DIR=${GUEST_DIR:-_output/guest}
-case $GUEST_DIR in /*) ;; *) GUEST_DIR=$REPO/$GUEST_DIR ;; esac
+GUEST_DIR=$REPO/_output/guest
 SUITE=trixie
 MIRROR=${GUEST_MIRROR:-http://deb.debian.org/debian}
-DISK_SIZE=${GUEST_DISK_SIZE:-8G}
+DISK_SIZE=8G
 PACKAGES="systemd,systemd-sysv,dbus,runc,crun,conmon,iproute2,ca-certificates,util-linux,mount,kmod,procps,busybox,containernetworking-plugins,openssl,curl,bash,coreutils,findutils,grep,sed,gawk,e2fsprogs,iptables"
-if [ -n "${GUEST_PACKAGES:-}" ]; then
-	PACKAGES="$PACKAGES,$(echo "$GUEST_PACKAGES" | tr -s ' ,' ',' | sed 's/^,//; s/,$//')"
-fi
 # Modules the initramfs loads (with their dependencies and soft dependencies,
 # as modprobe resolves them) to mount an ext4 root on virtio-blk.
 INITRAMFS_MODULES="crc32c_generic virtio_pci virtio_blk ext4"
@@ -110,15 +102,6 @@ resolve_kernel() {
 	[ -n "$kernel_ver" ] || die "no version of $kernel_pkg is available in $SUITE"
 }
 
-read -r -a extra_files <<<"${EXTRA_FILES:-}"
-declare -A extra_seen=()
-for f in "${extra_files[@]}"; do
-	[ -f "$f" ] || die "EXTRA_FILES: $f is not a file"
-	b=$(basename "$f")
-	[ -z "${extra_seen[$b]:-}" ] || die "EXTRA_FILES: two files named $b"
-	extra_seen[$b]=1
-done
-
 # package_versions: the versions debootstrap will install of the listed
 # packages, as trixie's package lists say.
 package_versions() {
@@ -139,9 +122,6 @@ key_inputs() {
 		if [ -f "$f" ]; then
 			echo "file: hack/guest/$(basename "$f") $(sha256sum <"$f" | cut -d' ' -f1)"
 		fi
-	done
-	for f in "${extra_files[@]}"; do
-		echo "extra: $(basename "$f") $(sha256sum <"$f" | cut -d' ' -f1)"
 	done
 }
 compute_key() {
@@ -196,11 +176,7 @@ umount_under() { # unmounts whatever (debootstrap) left mounted under $1
 cleanup() {
 	if [ -d "$build" ]; then
 		umount_under "$build"
-		if [ "${GUEST_KEEP_BUILD:-}" = 1 ]; then
-			log "kept the build directory $build"
-		else
-			rm -rf --one-file-system "$build"
-		fi
+		rm -rf --one-file-system "$build"
 	fi
 }
 trap cleanup EXIT
@@ -279,9 +255,6 @@ cp -a "$kdir/lib/modules/$kver" "$root/lib/modules/"
 depmod -b "$root" "$kver"
 install -m 0755 "$HERE/init" "$root/sbin/dra-swap-guest-init"
 mkdir -p "$root/opt/dra-swap-e2e/bin" "$root/share"
-for f in "${extra_files[@]}"; do
-	install -m 0755 "$f" "$root/opt/dra-swap-e2e/bin/$(basename "$f")"
-done
 echo dra-swap-guest >"$root/etc/hostname"
 cat >"$root/etc/hosts" <<'HOSTS'
 127.0.0.1	localhost

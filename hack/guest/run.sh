@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Boots the guest that hack/guest/build.sh built under QEMU software emulation
+# Boots the guest that hack/guest/build.sh built (_output/guest/current) under QEMU software emulation
 # (TCG; KVM guests hang on these machines), with SHARE_DIR shared over 9p at
 # /share. The guest runs /share/run.sh as root and writes its exit code to
 # SHARE_DIR/result; qemu's own exit code says nothing, so the run is judged
@@ -17,8 +17,6 @@
 # console), qemu.log.
 #
 # Environment:
-#   GUEST_DIR     where build.sh keeps images (default _output/guest; relative to the repo)
-#   GUEST_IMAGE   a build directory to boot instead of ${GUEST_DIR}/current
 #   GUEST_CPUS    virtual CPUs (default 2)      GUEST_MEM  MiB of memory (default 4096)
 #   GUEST_APPEND  extra kernel command line
 #   GUEST_TAP     a tap device on the host to give the guest as eth0
@@ -45,9 +43,7 @@ timeout=${2:-1800}
 [ -f "$share/run.sh" ] || die "$share/run.sh does not exist: the guest runs it"
 case $share in *,*) die "SHARE_DIR must not contain a comma (qemu option syntax): $share" ;; esac
 
-GUEST_DIR=${GUEST_DIR:-_output/guest}
-case $GUEST_DIR in /*) ;; *) GUEST_DIR=$REPO/$GUEST_DIR ;; esac
-image=${GUEST_IMAGE:-$GUEST_DIR/current}
+image=$REPO/_output/guest/current
 [ -f "$image/done" ] || die "no guest image in $image: run hack/guest/build.sh first"
 image=$(cd "$image" && pwd -P)
 case $image in *,*) die "the image path must not contain a comma: $image" ;; esac
