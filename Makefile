@@ -106,7 +106,7 @@ lint:
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:
 	$(UNIT) -count=1 $(GO_PACKAGES)
-	cd $(IMAGE_TOOL) && $(UNIT) -count=1 ./...
+	cd $(IMAGE_TOOL) && $(UNIT) -count=1 $(if $(UNIT_SKIP),-skip '$(UNIT_SKIP)') ./...
 
 ## unit-compile: the unit tests compiled and linked into UNIT_BIN, not run
 ## (make test compiles them at idle priority while the e2e legs run).

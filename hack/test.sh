@@ -13,7 +13,8 @@
 #      and golangci-lint: built from tools/lint, then run) and the
 #      compiling of the -race unit tests, the other large compiles of a
 #      cold run;
-#   4. the unit tests, at normal priority (compiled by then: links and runs).
+#   4. the unit tests, at normal priority (compiled by then: links and runs),
+#      but the release test, which builds and runs in step 3's idle chain.
 # Nothing timed runs at idle priority: vet's result does not depend on time,
 # and the unit tests themselves run in step 4. Running the emulated leg
 # beside the host's tests was tried twice and measured (see docs/development.md):
@@ -62,6 +63,7 @@ phase "builds done"
 # run, go vet), then the -race unit tests compiled and linked into a
 # scratch directory (the build cache keeps the compiled packages for step 4).
 unit_bin=$(mktemp -d)
+rm -f _output/release-test.rc
 (
 	# SCHED_IDLE (and idle I/O), before anything starts: the children
 	# inherit it. The compiles get only the CPU the legs leave.
@@ -73,7 +75,7 @@ unit_bin=$(mktemp -d)
 	make --no-print-directory unit-compile UNIT_BIN="$unit_bin" > _output/unit-build.log 2>&1 ||
 		echo "compiling the unit tests failed (make unit says why)" >> _output/unit-build.log
 	echo "unit tests compiled after $((SECONDS - start)) s" >> _output/unit-build.log
-	# What the release test (tools/images TestRelease, in the unit tests)
+	# What the release test (tools/images TestRelease, below)
 	# builds: the arm64 cross-compile of the driver's packages (into the
 	# build cache; the test links them) and the SBOM tool.
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go build -trimpath -o /dev/null ./cmd/... >> _output/unit-build.log 2>&1 ||
@@ -91,6 +93,12 @@ unit_bin=$(mktemp -d)
 		echo "building helm-docs and helm-values-schema-json failed (make integration says why)" >> _output/unit-build.log
 	CGO_ENABLED=0 GOFLAGS=-trimpath go test -c -o "$unit_bin/" ./test/integration/... ./test/scale/... >> _output/unit-build.log 2>&1 ||
 		echo "compiling the integration tests failed (make integration says why)" >> _output/unit-build.log
+	# The release test (tools/images TestRelease: two multi-arch releases
+	# built and read back), run here and not in step 4: it builds, and
+	# nothing in it is timed. Its result is judged in step 4.
+	release_rc=0
+	(cd tools/images && CGO_ENABLED=1 go test -race -count=1 -timeout 60m -run '^TestRelease$' .) > _output/release-test.log 2>&1 || release_rc=$?
+	echo "$release_rc" > _output/release-test.rc
 	exit "$rc"
 ) &
 checks=$!
@@ -119,6 +127,13 @@ else
 	rc=1
 fi
 phase "unit tests"
-make --no-print-directory unit || rc=1
+if [ "$(cat _output/release-test.rc 2>/dev/null)" = 0 ]; then
+	tail -n 1 _output/release-test.log
+else
+	cat _output/release-test.log 2>/dev/null || echo "test: the release test did not run" >&2
+	echo "test: tools/images TestRelease failed" >&2
+	rc=1
+fi
+make --no-print-directory unit UNIT_SKIP='^TestRelease$' || rc=1
 phase "done: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
 exit "$rc"
