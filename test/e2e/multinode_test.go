@@ -175,7 +175,7 @@ func TestTwoNodesInstalledFromRelease(t *testing.T) {
 	chart, registry, repo, version := n.Env["CHART"], n.Env["REGISTRY"], n.Env["DRIVER_REPOSITORY"], n.driverVersion()
 	path, ok := strings.CutPrefix(repo, registry+"/")
 	if want := "oci://" + repo + "/charts/dra-driver-swap"; !ok || chart != want {
-		t.Fatalf("the cluster installs the chart %q, want the released %s in the registry %s (hack/e2e-cluster.sh sets RELEASE_DIR)", chart, want, registry)
+		t.Fatalf("the cluster installs the chart %q, want the released %s in the registry %s (the two-node cluster's host installs the release: RELEASE_DIR in hack/cluster/lib.sh)", chart, want, registry)
 	}
 	auth := n.registryAuth(t)
 	var tags struct{ Tags []string }
