@@ -133,7 +133,7 @@ NODE_PKI_FILES="ca.crt admin.crt admin.key kubelet.crt kubelet.key kube-proxy.cr
 # Component logs.
 LOGS="$CLUSTER_DIR/logs"
 PIDS="$CLUSTER_DIR/pids"
-RUN="$CLUSTER_DIR/run"
+RUN="$CLUSTER_DIR/run" # a tmpfs (up.sh)
 # containerd's NRI socket (NRI on, its default; NRI_DISABLE=1 turns it off
 # to run the driver with the CDI hook and the verifier alone).
 NRI_SOCKET="$RUN/nri/nri.sock"

@@ -37,6 +37,11 @@ if ! has_control_plane; then
 fi
 teardown
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$RUN" "$CLUSTER_DIR"/{kubeconfig,cdi,cni/net.d,cni/ipam,swap,bin,pod-logs,registry,kubelet/plugins_registry}
+# RUN is a tmpfs, as /run is on a production node: the hook's records and
+# the runtime's state there never wait for the disk (on the guest, whose
+# swap file shares its disk, the hook's fsyncs waited behind swap-out for
+# seconds while 20 offloading pods started). teardown unmounts it.
+mountpoint -q "$RUN" || mount -t tmpfs -o mode=0755,size=256m dra-swap-run "$RUN"
 export PATH="$BIN:$PATH"
 
 # --- the network: ports, and the node's address
