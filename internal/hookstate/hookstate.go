@@ -476,7 +476,8 @@ func readFile(path string) ([]byte, error) { return atomicfile.ReadFile(path, ma
 // hook or verifier of an older release that knows only LockFile is still
 // kept out, it just is not ordered.
 func Lock(stateDir string, wait time.Duration) (unlock func(), err error) {
-	deadline := time.Now().Add(wait)
+	begin := time.Now()
+	deadline := begin.Add(wait)
 	turnstile, err := tryLock(stateDir, TurnstileFile, filelock.Exclusive, deadline)
 	if err != nil {
 		return nil, err
@@ -484,9 +485,11 @@ func Lock(stateDir string, wait time.Duration) (unlock func(), err error) {
 	if turnstile == nil {
 		return nil, fmt.Errorf("lock %s: still held by another hook after %s", filepath.Join(stateDir, TurnstileFile), wait)
 	}
+	behind := time.Since(begin)
 	lock, err := tryLock(stateDir, LockFile, filelock.Exclusive, deadline)
 	if err == nil && lock == nil {
-		err = fmt.Errorf("lock %s: still held by a reader (the kubelet plugin's verifier) after %s", filepath.Join(stateDir, LockFile), wait)
+		err = fmt.Errorf("lock %s: still held by a reader (the kubelet plugin's verifier) after %s (%s of it behind other hooks)",
+			filepath.Join(stateDir, LockFile), wait, behind.Round(time.Millisecond))
 	}
 	if err != nil {
 		turnstile.Close()
@@ -517,6 +520,19 @@ func RLock(stateDir string, wait time.Duration) (unlock func(), ok bool, err err
 		return nil, false, err
 	}
 	return func() { lock.Close() }, true, nil
+}
+
+// WriterWaiting reports whether a hook holds or waits for the lock (it
+// holds the turnstile, see Lock). A reader that holds the lock for a pass
+// over many containers asks between containers, and lets go when a hook
+// waits: the container that hook starts waits on it.
+func WriterWaiting(stateDir string) bool {
+	f, err := os.Open(filepath.Join(stateDir, TurnstileFile))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(filelock.Try(f, filelock.Shared), filelock.ErrHeld)
 }
 
 // tryLock takes the lock of kind mode on the state directory's file name,

@@ -714,3 +714,40 @@ func TestLockAheadOfReaders(t *testing.T) {
 		}
 	}
 }
+
+// WriterWaiting tells a reader that a hook holds or waits for the lock.
+func TestWriterWaiting(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	if WriterWaiting(state) {
+		t.Error("WriterWaiting on a state directory no hook has locked")
+	}
+	runlock, ok, err := RLock(state, time.Nanosecond)
+	if !ok || err != nil {
+		t.Fatalf("RLock: %v, %v", ok, err)
+	}
+	if WriterWaiting(state) {
+		t.Error("WriterWaiting with a reader only")
+	}
+	got := make(chan error, 1)
+	go func() {
+		unlock, err := Lock(state, time.Minute)
+		if err == nil {
+			unlock()
+		}
+		got <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !WriterWaiting(state) {
+		if time.Now().After(deadline) {
+			t.Fatal("WriterWaiting stayed false while a hook waited for the lock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	runlock()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if WriterWaiting(state) {
+		t.Error("WriterWaiting after the hook let go")
+	}
+}

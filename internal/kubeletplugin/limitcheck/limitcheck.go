@@ -420,7 +420,8 @@ type Summary struct {
 	// not be restored before and still differs.
 	NotHeld int
 	// Busy counts the containers not checked because the hook was
-	// changing records all the time the pass waited.
+	// changing records all the time the pass waited, or came to change
+	// them during the pass (which then let it in).
 	Busy int
 }
 
@@ -487,10 +488,23 @@ func (v *Verifier) checkAll(ctx context.Context, trigger string, minAge time.Dur
 	}
 	podsDone := map[string]bool{}
 	var errs []error
-	for _, id := range ids {
+	checked := 0
+	for i, id := range ids {
 		if pods != nil && !v.ofPods(id, pods) {
 			continue
 		}
+		// A hook waits for the lock (a container is starting): let it in
+		// now, not after the whole pass; the rest wait for the next pass
+		// (busy).
+		if checked > 0 && hookstate.WriterWaiting(v.StateDir) {
+			for _, rest := range ids[i:] {
+				if pods == nil || v.ofPods(rest, pods) {
+					sum.Busy++
+				}
+			}
+			break
+		}
+		checked++
 		outcome, err := v.check(ctx, id, trigger, budget, podsDone)
 		switch outcome {
 		case Held:

@@ -636,3 +636,55 @@ func TestCheckPods(t *testing.T) {
 		t.Errorf("CheckPods of no pods = %+v, %v; want nothing checked", sum, err)
 	}
 }
+
+// A pass over many containers lets a hook in as soon as it waits, between
+// two containers, instead of after the whole pass: the hook's container
+// start waits on the lock (with a bound of its own), and a pass on a busy
+// node can take longer than that bound. The containers it did not reach
+// are busy until the next pass.
+func TestCheckAllLetsAWaitingHookIn(t *testing.T) {
+	root, stateDir := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(root, "cgroup.controllers"), "memory\n")
+	const containers = 20
+	for i := range containers {
+		id := fmt.Sprintf("%016x", i+1)
+		g := fmt.Sprintf("/kubepods.slice/kubepods-pod%d.slice/cri-containerd-%s.scope", i, id)
+		c := hookstate.Container{ID: id, CgroupVersion: 2, CgroupGroup: g, Namespace: "ns", Pod: id, PodUID: fmt.Sprintf("cccccccc-0000-4000-8000-%012d", i), Name: "worker"}
+		if err := hookstate.WriteContainer(filepath.Join(stateDir, id), c); err != nil {
+			t.Fatal(err)
+		}
+		if err := hookstate.Record(filepath.Join(stateDir, id), hookstate.ShareKey(claimA, 0), hookstate.Share{Settings: swapsettings.Settings{LimitBytes: 50 * mi}}); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(root, g, "memory.swap.max"), "max\n") // drifted: every check writes
+	}
+	// A slow kernel: each write takes 50 ms, so the whole pass a second.
+	started := make(chan struct{}, containers)
+	slow := func(tg cgroupswap.Target, s swapsettings.Settings) error {
+		started <- struct{}{}
+		time.Sleep(50 * time.Millisecond)
+		return cgroupswap.Apply(tg, s)
+	}
+	v := &Verifier{StateDir: stateDir, CgroupRoot: root, Reporter: &fakeReporter{}, write: slow}
+	done := make(chan Summary, 1)
+	go func() {
+		sum, err := v.CheckAll(context.Background(), "interval", time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- sum
+	}()
+	<-started // the pass holds the lock and is writing
+	begin := time.Now()
+	unlock, err := hookstate.Lock(stateDir, 300*time.Millisecond)
+	if err != nil {
+		t.Fatalf("the hook waited for the whole pass (20 writes of 50 ms): %v", err)
+	}
+	waited := time.Since(begin)
+	unlock()
+	sum := <-done
+	if sum.Busy == 0 || sum.Restored+sum.Busy != containers {
+		t.Errorf("CheckAll = %+v; want the containers after the hook's turn busy, the others restored", sum)
+	}
+	t.Logf("the hook waited %v; the pass restored %d and left %d busy", waited.Round(time.Millisecond), sum.Restored, sum.Busy)
+}
