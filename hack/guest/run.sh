@@ -14,8 +14,7 @@
 # emulator no longer runs it, which is not a result of what it ran), it says
 # so, prints what QEMU's monitor says of the virtual CPUs and exits 3.
 # Left in SHARE_DIR: booted, heartbeat, result, run.log, console.log (serial
-# console), qemu.log, and halted, written once QEMU has exited (the guest is
-# off: TestTwoNodesNodeGone waits for it).
+# console), qemu.log.
 #
 # Environment:
 #   GUEST_CPUS    virtual CPUs (default 2)      GUEST_MEM  MiB of memory (default 4096)
@@ -52,7 +51,7 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is missing: 
 
 stall=${GUEST_STALL_SECONDS:-240}
 [[ "$stall" =~ ^[1-9][0-9]*$ ]] || die "GUEST_STALL_SECONDS must be a positive number of seconds, not '$stall'"
-rm -f "$share"/{booted,heartbeat,result,result.tmp,run.log,console.log,qemu.log,guest-init-error,halted}
+rm -f "$share"/{booted,heartbeat,result,result.tmp,run.log,console.log,qemu.log,guest-init-error}
 # QEMU's monitor (QMP), on a socket outside the share, for the stall diagnostics.
 mon_dir=$(mktemp -d)
 monitor=$mon_dir/monitor.sock
@@ -185,7 +184,6 @@ while kill -0 "$qpid" 2>/dev/null; do
 done
 qemu_rc=0
 wait "$qpid" 2>/dev/null || qemu_rc=$?
-: >"$share/halted"
 note_progress
 total=$((SECONDS - start))
 trap - EXIT
