@@ -374,12 +374,14 @@ func TestTwoNodesLabelsPerNode(t *testing.T) {
 // prepare.
 //
 // A node gets a new pod every 2 s while fewer than its share of them are
-// unfinished (4 on this host's node, 2 on the emulated node, which starts
-// a pod in some 10 s of its CPUs): pods keep arriving at the pace each
-// node takes them for as long as the rollout lasts. A pod a second on each
-// node (the test's first form) kept the emulated node so busy that its new
-// plugin pod took minutes to start, and the host's node rolled only after
-// the last pod had been created.
+// unfinished (2 on each node; the emulated node starts a pod in some 10 s
+// of its CPUs), at most 60 on this host's node and 40 on the emulated one:
+// pods keep arriving at the pace each node takes them for as long as the
+// rollout lasts. A pod a second on each node (the test's first form) kept
+// the emulated node so busy that its new plugin pod took minutes to start,
+// and the host's node rolled only after the last pod had been created; 150
+// pods at 4 in flight on this host's node took the CPU the emulator needs,
+// and a hook on the emulated node ran past the runtime's 10 s timeout.
 //
 // The probes' claims together take at most half of each node's offer. A
 // finished pod's claim is deallocated as soon as the pod is terminal, but
@@ -397,7 +399,7 @@ func TestTwoNodesUpgradeUnderLoad(t *testing.T) {
 		node           string
 		inFlight, most int
 	}
-	loads := []load{{n.host, 4, 150}, {n.guest, 2, 40}}
+	loads := []load{{n.host, 2, 60}, {n.guest, 2, 40}}
 	// offer/(2*most) each: half a node's offer in all (whole MiB, at most
 	// the 48Mi this test used).
 	probe := 48 * mi
