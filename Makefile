@@ -93,7 +93,7 @@ verify: fmt-check lint
 	$(NOCGO) $(GO) vet ./...
 	cd $(IMAGE_TOOL) && $(NOCGO) $(GO) vet ./...
 	hack/check-modules.sh
-	$(NOCGO) $(GO) test -count=1 -timeout 0 ./test/layers/
+	$(NOCGO) $(GO) test -count=1 ./test/layers/
 
 ## lint: golangci-lint with logcheck compiled in (.golangci.yml says which
 ## linters and why) on the driver's module and the image builder; built

@@ -112,12 +112,7 @@ cluster_up() {
 	ip link set "$tap" up
 	CLUSTER_NODE=host hack/cluster/up.sh
 }
-# E2E_PAUSE_PGID (make test): a process group of idle-priority checks,
-# stopped (SIGSTOP) while the emulated guest runs and continued once it is
-# off: idle priority keeps them off the CPU, not off the caches and memory
-# bandwidth that software emulation needs.
-idle_checks() { [ -z "${E2E_PAUSE_PGID:-}" ] || kill "-$1" -- "-$E2E_PAUSE_PGID" 2>/dev/null || true; }
-trap 'idle_checks CONT; cluster_down' EXIT
+trap cluster_down EXIT
 # The guest: the second node, joining.
 cat > "$share/node.env" <<ENV
 export CLUSTER_NODE=guest SWAP_SIZE_MIB=${GUEST_SWAP_MIB:-768} CONTAINER_RUNTIME=$GUEST_RUNTIME
@@ -261,7 +256,6 @@ fi
 if has_phase guest || has_phase nodes; then
 	t=$SECONDS
 	echo "e2e-cluster: phase guest: $guest_node boots, joins and runs its tests on cgroup v2 ($GUEST_RUNTIME)"
-	idle_checks STOP
 	for attempt in 1 2; do
 		rm -f "$share"/{node-suite-rc,poweroff}
 		# zswap on: the v2 node keeps swapped pages compressed first, as
@@ -308,7 +302,6 @@ if has_phase guest || has_phase nodes; then
 	touch "$share/poweroff"
 	grc=0
 	wait "$guest" 2>/dev/null || grc=$?
-	idle_checks CONT
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|guest:|\[cluster|\[guest-run)|^\s+\S+_test.go:' _output/e2e-v2.log || true
 	if [ "$grc" != 0 ]; then
 		rc=1
