@@ -222,7 +222,8 @@ func TestWithTheRuntimeSide(t *testing.T) {
 	// A second instance (a rolling update) waits for the first's lock
 	// instead of registering beside it: two plugins setting the same
 	// field would fail every container's creation.
-	second := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: &fakeVerifier{}, Retry: 50 * time.Millisecond, LockPath: lock}
+	ver2 := &fakeVerifier{}
+	second := &Plugin{SocketPath: socket, HookPath: hookPath, StateDir: stateDir, CgroupVersion: 2, Verifier: ver2, Retry: 50 * time.Millisecond, LockPath: lock}
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done2 := make(chan struct{})
 	go func() { defer close(done2); second.Run(ctx2) }()
@@ -241,7 +242,13 @@ func TestWithTheRuntimeSide(t *testing.T) {
 	if got := observer.seen(); !slices.Equal(got, []bool{true, false}) {
 		t.Errorf("the observer was told %v, want [true false]", got)
 	}
-	waitFor("the second instance registers once the first stopped", second.Connected)
+	// Registered is not yet synchronized: the runtime calls a plugin only
+	// once it answered Synchronize (CI once created the container in
+	// between, and the plugin was not asked).
+	waitFor("the second instance registers and is synchronized once the first stopped", func() bool {
+		_, all := ver2.seen()
+		return second.Connected() && len(all) >= 1
+	})
 	created, err = runtime.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: container(128*mi, applyHook(uidA, "1048576"))})
 	if err != nil {
 		t.Fatalf("create with the second instance: %v", err)
