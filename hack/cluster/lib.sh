@@ -47,35 +47,31 @@ SWAP_BEHAVIOR=NoSwap
 # the control plane at API_HOST). PEER_NODE_NAME: the other node, for which
 # the control plane makes a kubelet certificate (in NODE_PKI, the directory
 # between the two). PEER_POD_CIDR is routed to PEER_NODE_IP (the other end
-# of the link) and noted for teardown. The node's address (NODE_IP):
+# of the link) and noted for teardown. API_HOST: the API server's address,
+# the node's own unless the control plane runs elsewhere. The node's address (NODE_IP):
 # kube-apiserver binds and advertises it (the endpoint of the kubernetes
 # Service), the kubelet reports it; unless an interface has it already
 # (the tap, the guest's dummy0), up.sh adds it to lo as a /32 labelled
 # NODE_IP_LABEL, which teardown removes again.
 case "$CLUSTER_NODE" in
 single)
-	CLUSTER_ROLE=all NODE_NAME=$HOST_NODE NODE_IP=10.201.0.1 REGISTRY_HOST=127.0.0.1
+	CLUSTER_ROLE=all NODE_NAME=$HOST_NODE NODE_IP=10.201.0.1 API_HOST=10.201.0.1 REGISTRY_HOST=127.0.0.1
+	POD_CIDR=$HOST_POD_CIDR NODE_ZONE=zone-a NODE_REGION=region-1
 	NODE_PKI="" PEER_NODE_NAME="" PEER_NODE_IP="" PEER_POD_CIDR=""
 	;;
 host)
-	CLUSTER_ROLE=all NODE_NAME=$HOST_NODE NODE_IP=$LINK_HOST_IP REGISTRY_HOST=$LINK_HOST_IP
+	CLUSTER_ROLE=all NODE_NAME=$HOST_NODE NODE_IP=$LINK_HOST_IP API_HOST=$LINK_HOST_IP REGISTRY_HOST=$LINK_HOST_IP
+	POD_CIDR=$HOST_POD_CIDR NODE_ZONE=zone-a NODE_REGION=region-1
 	NODE_PKI="$REPO/_output/guest-share/pki" PEER_NODE_NAME=$GUEST_NODE PEER_NODE_IP=$LINK_GUEST_IP PEER_POD_CIDR=$GUEST_POD_CIDR
 	;;
 guest)
-	CLUSTER_ROLE=node NODE_NAME=$GUEST_NODE NODE_IP=$LINK_GUEST_IP REGISTRY_HOST=$LINK_HOST_IP
+	CLUSTER_ROLE=node NODE_NAME=$GUEST_NODE NODE_IP=$LINK_GUEST_IP API_HOST=$LINK_HOST_IP REGISTRY_HOST=$LINK_HOST_IP
+	POD_CIDR=$GUEST_POD_CIDR NODE_ZONE=zone-b NODE_REGION=region-2
 	NODE_PKI=/share/pki PEER_NODE_NAME="" PEER_NODE_IP=$LINK_HOST_IP PEER_POD_CIDR=$HOST_POD_CIDR
 	;;
 *) echo "CLUSTER_NODE must be single, host or guest, not $CLUSTER_NODE" >&2; exit 1 ;;
 esac
 NODE_IP_LABEL=lo:draswap
-# The API server's address: the node's own, unless the control plane runs
-# elsewhere.
-API_HOST=$NODE_IP
-if [ "$CLUSTER_NODE" = guest ]; then
-	API_HOST=$LINK_HOST_IP POD_CIDR=$GUEST_POD_CIDR NODE_ZONE=zone-b NODE_REGION=region-2
-else
-	POD_CIDR=$HOST_POD_CIDR NODE_ZONE=zone-a NODE_REGION=region-1
-fi
 # Timeouts are multiplied by the whole part of E2E_TIMEOUT_SCALE, the
 # suite's own factor (4 on the emulated guest; 1 by default).
 TIMEOUT_SCALE=${E2E_TIMEOUT_SCALE:-1}
