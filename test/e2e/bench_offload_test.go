@@ -499,6 +499,32 @@ func pluginMetrics(ctx context.Context, c *cluster.Cluster) (string, error) {
 	return "", fmt.Errorf("no running kubelet plugin pod on node %s", c.Node)
 }
 
+// nodePluginRestarts sums the restart counts of the kubelet plugin's
+// containers on the cluster's node and says the last termination of each
+// that restarted.
+func nodePluginRestarts(ctx context.Context, c *cluster.Cluster) (int32, string, error) {
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.Node})
+	if err != nil {
+		return 0, "", err
+	}
+	var (
+		n    int32
+		last []string
+	)
+	for _, p := range pods.Items {
+		if !strings.Contains(p.Name, "kubeletplugin") {
+			continue
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			n += s.RestartCount
+			if t := s.LastTerminationState.Terminated; s.RestartCount > 0 && t != nil {
+				last = append(last, fmt.Sprintf("%s/%s: %s, exit %d at %s", p.Name, s.Name, t.Reason, t.ExitCode, t.FinishedAt.UTC().Format(time.TimeOnly)))
+			}
+		}
+	}
+	return n, strings.Join(last, "; "), nil
+}
+
 // loopStats reads the offload loop's figures from the plugin's metrics.
 func loopStats(ctx context.Context, c *cluster.Cluster) (offloadLoopStats, error) {
 	page, err := pluginMetrics(ctx, c)

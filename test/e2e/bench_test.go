@@ -214,6 +214,13 @@ func BenchmarkPodStartup(b *testing.B) {
 	if offloading > 0 {
 		loopBefore = startOffloading(b, ctx, c, ns, offloading)
 	}
+	// A plugin restarted meanwhile (its liveness probe on a saturated
+	// node, or its memory limit) makes the figures those of a plugin
+	// starting over: the benchmark fails on it.
+	restartsBefore, _, err := nodePluginRestarts(ctx, c)
+	if err != nil {
+		b.Fatal(err)
+	}
 	kinds := []string{"no claim", "no-op claim", "swap claim"}
 	// pod is the pod of a kind; prefix names it and its claim templates.
 	pod := func(prefix, kind string, i int) *corev1.Pod {
@@ -284,6 +291,11 @@ func BenchmarkPodStartup(b *testing.B) {
 		reportOffloading(b, ctx, c, loopBefore, offloading, &report)
 	}
 	b.Log("\n" + report.String())
+	if restarts, last, err := nodePluginRestarts(ctx, c); err != nil {
+		b.Error(err)
+	} else if restarts != restartsBefore {
+		b.Errorf("the kubelet plugin on node %s restarted %d times during the benchmark (%s): the figures include its restarts", c.Node, restarts-restartsBefore, last)
+	}
 	if path := os.Getenv("BENCH_REPORT"); path != "" {
 		_ = os.WriteFile(path, []byte(report.String()), 0o644)
 	}
