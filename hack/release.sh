@@ -25,7 +25,8 @@
 #   SOURCE_DATE_EPOCH  the images' creation time and the tar's mtimes
 #                      (default: HEAD's commit time): the same sources give
 #                      the same .oci.tar, byte for byte
-#   ARCHES             the image's architectures (default: amd64,arm64)
+#   ARCHES             the image's architectures (default: amd64,arm64); an
+#                      index even for one
 #   RELEASE_DIR        where the artifacts go (default: <repo>/_output/release)
 #   REGISTRY           HOST[:PORT][/PATH] to push to (default: none)
 #   HELM, CYCLONEDX_GOMOD  the tools; unset, hack/build-tools.sh builds
@@ -105,7 +106,7 @@ trap 'rm -rf "${work}" "${stage}"' EXIT
 log "building dra-driver-swap:${VERSION} for ${ARCHES} (revision ${REVISION}, SOURCE_DATE_EPOCH ${SOURCE_DATE_EPOCH})"
 layout="${work}/layout"
 "${work}/dra-swap-images" build -out "${layout}" -set driver -version "${VERSION}" -revision "${REVISION}" \
-	-arch "${ARCHES}" -sbom-tool "${CYCLONEDX_GOMOD}" > "${work}/built"
+	-arch "${ARCHES}" -index -sbom-tool "${CYCLONEDX_GOMOD}" > "${work}/built"
 read -r image_ref image_digest < "${work}/built"
 [[ "${image_ref}" == "dra-driver-swap:${VERSION}" && "${image_digest}" == sha256:* ]] ||
 	die "dra-swap-images build printed $(cat "${work}/built")"

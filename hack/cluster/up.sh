@@ -209,8 +209,9 @@ if has_control_plane; then
 	# versions) where the credentials are needed.
 	push_layout "$IMAGES" "$REGISTRY"
 	for layout in $IMAGE_LAYOUTS; do push_layout "$layout" "$DRIVER_REPOSITORY"; done
-	# The release: its image index (linux/amd64 and linux/arm64, with its
-	# SBOM) replaces the layout's single-arch image of the same tag, and
+	# The release: its image index (with its SBOM; hack/e2e-build.sh's
+	# holds the nodes' architecture) replaces the layout's image of the
+	# same tag, and
 	# its chart, which driver.sh installs from here.
 	if [ -n "${RELEASE_DIR:-}" ]; then
 		(cd "$RELEASE_DIR" && sha256sum --quiet -c SHA256SUMS) || die "the release in $RELEASE_DIR does not match its SHA256SUMS"

@@ -66,9 +66,13 @@ type buildOptions struct {
 	version  string
 	revision string
 	source   string
-	// arches are the GOARCHes of the images; with more than one, each
-	// image is an OCI image index of one image per architecture.
+	// arches are the GOARCHes of the images; with more than one, or with
+	// index, each image is an OCI image index of one image per
+	// architecture.
 	arches []string
+	// index makes an image of one architecture an index too (a release
+	// is an index whatever its architectures).
+	index bool
 	// sbomTool is cyclonedx-gomod; when set, the driver's image gets an
 	// SBOM of its binaries as an OCI referrer (sbom.go).
 	sbomTool string
@@ -102,6 +106,7 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	flags.StringVar(&o.revision, "revision", "", "the org.opencontainers.image.revision label, a VCS commit (required for -set driver and all)")
 	flags.StringVar(&o.source, "source", defaultSource, "the org.opencontainers.image.source label")
 	arch := flags.String("arch", runtime.GOARCH, "GOARCH of the binaries and the images; a comma-separated list (amd64,arm64) makes each image an OCI image index of one image per architecture")
+	flags.BoolVar(&o.index, "index", false, "make each image an OCI image index even for one -arch")
 	flags.StringVar(&o.sbomTool, "sbom-tool", "", "cyclonedx-gomod: the driver's image gets a CycloneDX SBOM of each of its binaries, attached as an OCI referrer")
 	if err := parseFlags(flags, args); err != nil {
 		return err
@@ -275,7 +280,7 @@ func build(ctx context.Context, o buildOptions, specs []imageSpec, stdout, stder
 }
 
 // writeLayout writes an OCI image layout of specs to dir and returns a
-// "<name>:<tag> <digest>" line per image (per index with several arches).
+// "<name>:<tag> <digest>" line per image (per index with several arches or o.index).
 // With o.sbomTool, an image of a spec with sbom set gets an SBOM artifact
 // whose subject it is (sbom.go), in the layout without a name.
 func writeLayout(ctx context.Context, dir string, specs []imageSpec, binDir string, o buildOptions, stderr io.Writer) ([]string, error) {
@@ -287,7 +292,7 @@ func writeLayout(ctx context.Context, dir string, specs []imageSpec, binDir stri
 	for _, s := range specs {
 		name := layout.WithAnnotations(map[string]string{refNameAnnotation: s.ref()})
 		var subject v1.Descriptor
-		if len(o.arches) == 1 {
+		if len(o.arches) == 1 && !o.index {
 			img, err := packImage(s, filepath.Join(binDir, o.arches[0]), o.arches[0], o.epoch)
 			if err != nil {
 				return nil, fmt.Errorf("image %s: %w", s.ref(), err)

@@ -66,6 +66,36 @@ func TestImages(t *testing.T) {
 		}
 	})
 
+	t.Run("-index makes an index of one architecture", func(t *testing.T) {
+		// What the e2e release is: the nodes' architecture only, as an
+		// index, which holds the very image built without -index.
+		dir := filepath.Join(t.TempDir(), "index")
+		stdout := runTool(ctx, t, tool, "build", "-out", dir, "-version", "0.1.0", "-revision", testRevision, "-set", "driver", "-arch", runtime.GOARCH, "-index")
+		lp, err := layout.ImageIndexFromPath(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		top, err := lp.IndexManifest()
+		if err != nil || len(top.Manifests) != 1 || top.Manifests[0].MediaType != types.OCIImageIndex {
+			t.Fatalf("build -index -arch %s: the layout lists %+v (%v), want one OCI image index", runtime.GOARCH, top, err)
+		}
+		if want := "dra-driver-swap:0.1.0 " + top.Manifests[0].Digest.String() + "\n"; stdout != want {
+			t.Errorf("build -index printed %q, want %q", stdout, want)
+		}
+		idx, err := lp.ImageIndex(top.Manifests[0].Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := idx.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(im.Manifests) != 1 || im.Manifests[0].Platform == nil || im.Manifests[0].Platform.Architecture != runtime.GOARCH ||
+			im.Manifests[0].Digest.String() != allDigests["dra-driver-swap:0.1.0"] {
+			t.Errorf("the one-architecture index lists %+v, want linux/%s at %s (the image built without -index)", im.Manifests, runtime.GOARCH, allDigests["dra-driver-swap:0.1.0"])
+		}
+	})
+
 	t.Run("another version gives another digest", func(t *testing.T) {
 		a, b := allDigests["dra-driver-swap:0.1.0"], nextDigests["dra-driver-swap:0.2.0"]
 		if a == "" || b == "" || a == b {
