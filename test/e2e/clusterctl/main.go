@@ -2,13 +2,18 @@
 // driver.sh: waiting for the node, labelling it, creating the driver's
 // namespace and its image pull Secret, and waiting for the driver's
 // ResourceSlice and node labels. It reads CLUSTER_DIR/env like the e2e tests.
+// Its guest-run runs and judges the emulated guest for hack/guest/run.sh
+// (package guestrun).
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,12 +24,16 @@ import (
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
 	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/cluster"
+	"github.com/dra-driver-swap/dra-driver-swap/test/e2e/guestrun"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: clusterctl node-ready|setup|namespace NAME|pull-secret NAMESPACE NAME DOCKER-CONFIG|driver-ready")
+		fmt.Fprintln(os.Stderr, "usage: clusterctl node-ready|setup|namespace NAME|pull-secret NAMESPACE NAME DOCKER-CONFIG|driver-ready|guest-run FLAGS -- QEMU...")
 		os.Exit(2)
+	}
+	if os.Args[1] == "guest-run" {
+		os.Exit(guestRun(os.Args[2:]))
 	}
 	if err := run(context.Background(), os.Args[1], os.Args[2:]); err != nil {
 		fmt.Fprintf(os.Stderr, "clusterctl %s: %v\n", os.Args[1], err)
@@ -155,4 +164,26 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond wait.Con
 	}
 	fmt.Printf("%s after %.1fs\n", what, time.Since(start).Seconds())
 	return nil
+}
+
+// guestRun runs QEMU as hack/guest/run.sh configured it and exits with
+// the guest's result (package guestrun says the codes).
+func guestRun(args []string) int {
+	fs := flag.NewFlagSet("guest-run", flag.ContinueOnError)
+	cfg := guestrun.Config{Log: os.Stderr, Out: os.Stdout}
+	fs.StringVar(&cfg.Share, "share", "", "the directory shared with the guest")
+	fs.DurationVar(&cfg.Timeout, "timeout", 30*time.Minute, "how long the run may take")
+	fs.DurationVar(&cfg.Stall, "stall", 4*time.Minute, "how long the guest's heartbeat may stand still")
+	fs.StringVar(&cfg.Monitor, "monitor", "", "QEMU's QMP socket, for the virtual CPUs' state on a stall")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg.Command = fs.Args()
+	if cfg.Share == "" || len(cfg.Command) == 0 || cfg.Timeout <= 0 || cfg.Stall <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: clusterctl guest-run -share DIR [-timeout D] [-stall D] [-monitor SOCKET] -- QEMU ARGS...")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return guestrun.Run(ctx, cfg)
 }
