@@ -205,7 +205,7 @@ conformance() {
 	cp hack/e2e-conformance.sh "$dir/repo/hack/"
 	cp -a examples "$dir/repo/"
 	cp _output/e2e.test "$dir/repo/_output/"
-	embed_files "$(sed -n 's/^KUBECONFIG=//p' "$cluster_dir/env")" > "$dir/kubeconfig"
+	_output/bin/e2e-clusterctl embed-kubeconfig "$(sed -n 's/^KUBECONFIG=//p' "$cluster_dir/env")" > "$dir/kubeconfig"
 	chown -R 65534:65534 "$dir"
 	set +e
 	unshare --mount --propagation private -- bash -c '
@@ -221,21 +221,6 @@ conformance() {
 	cp "$dir/e2e-conformance.log" "$log" 2>/dev/null || echo "e2e-cluster: the conformance suite wrote no log" > "$log"
 	rm -rf "$dir"
 	return "$r"
-}
-
-# embed_files KUBECONFIG: the kubeconfig with the certificate and key files
-# it names (certificate-authority, client-certificate, client-key) put in
-# as data.
-embed_files() {
-	local line key
-	while IFS= read -r line; do
-		for key in certificate-authority client-certificate client-key; do
-			if [[ $line =~ $key:\ \"([^\"]+)\" ]]; then
-				line=${line/"$key: \"${BASH_REMATCH[1]}\""/"$key-data: \"$(base64 -w0 "${BASH_REMATCH[1]}")\""}
-			fi
-		done
-		printf '%s\n' "$line"
-	done < "$1"
 }
 
 if has_phase host; then

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
@@ -394,4 +395,20 @@ func (c *Cluster) LogReport(ctx context.Context, p *corev1.Pod, container, kind 
 		}
 	}
 	return r, false, nil
+}
+
+// EmbeddedKubeconfig is the kubeconfig at path with the files it names
+// (certificate authority, client certificate and key) put in as data, as
+// `kubectl config view --flatten --raw` writes it: a kubeconfig that works
+// where those files are not, such as for the conformance suite run as
+// nobody with this cluster's state directory hidden.
+func EmbeddedKubeconfig(path string) ([]byte, error) {
+	config, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig %s: %w", path, err)
+	}
+	if err := clientcmdapi.FlattenConfig(config); err != nil {
+		return nil, fmt.Errorf("embedding the files the kubeconfig %s names: %w", path, err)
+	}
+	return clientcmd.Write(*config)
 }

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 )
 
@@ -236,5 +239,58 @@ func TestForAnyCluster(t *testing.T) {
 	portable.PullSecrets = []string{"missing"}
 	if err := portable.CopyPullSecrets(context.Background(), "ns2"); err == nil || !strings.Contains(err.Error(), "swap-system/missing") {
 		t.Errorf("a pull Secret that is not there: %v", err)
+	}
+}
+
+func TestEmbeddedKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{"ca.crt": "the CA", "admin.crt": "the certificate", "admin.key": "the key"}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As hack/cluster writes it: quoted absolute paths.
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "https://127.0.0.1:6443", certificate-authority: "`+dir+`/ca.crt"}
+users:
+- name: admin
+  user: {client-certificate: "`+dir+`/admin.crt", client-key: "`+dir+`/admin.key"}
+contexts:
+- name: local
+  context: {cluster: local, user: admin}
+current-context: local
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := EmbeddedKubeconfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), dir) {
+		t.Errorf("the embedded kubeconfig still names %s:\n%s", dir, out)
+	}
+	// Read where the files are not.
+	for name := range files {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config, err := clientcmd.RESTConfigFromKubeConfig(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(config.CAData) != files["ca.crt"] || string(config.CertData) != files["admin.crt"] || string(config.KeyData) != files["admin.key"] || config.Host != "https://127.0.0.1:6443" {
+		t.Errorf("the embedded kubeconfig gives CA %q, certificate %q, key %q, server %q", config.CAData, config.CertData, config.KeyData, config.Host)
+	}
+	if _, err := EmbeddedKubeconfig(filepath.Join(dir, "none")); err == nil {
+		t.Error("a missing kubeconfig: no error")
+	}
+	if _, err := EmbeddedKubeconfig(kubeconfig); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Errorf("a kubeconfig naming a missing file: %v, want an error naming it", err)
 	}
 }

@@ -29,11 +29,27 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: clusterctl node-ready|setup|namespace NAME|pull-secret NAMESPACE NAME DOCKER-CONFIG|driver-ready|guest-run FLAGS -- QEMU...")
+		fmt.Fprintln(os.Stderr, "usage: clusterctl node-ready|setup|namespace NAME|pull-secret NAMESPACE NAME DOCKER-CONFIG|driver-ready|embed-kubeconfig KUBECONFIG|guest-run FLAGS -- QEMU...")
 		os.Exit(2)
 	}
-	if os.Args[1] == "guest-run" {
+	switch os.Args[1] {
+	case "guest-run":
 		os.Exit(guestRun(os.Args[2:]))
+	case "embed-kubeconfig":
+		// The kubeconfig with its files put in, on stdout.
+		if len(os.Args) != 3 {
+			fmt.Fprintln(os.Stderr, "usage: clusterctl embed-kubeconfig KUBECONFIG")
+			os.Exit(2)
+		}
+		out, err := cluster.EmbeddedKubeconfig(os.Args[2])
+		if err == nil {
+			_, err = os.Stdout.Write(out)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "clusterctl embed-kubeconfig: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	if err := run(context.Background(), os.Args[1], os.Args[2:]); err != nil {
 		fmt.Fprintf(os.Stderr, "clusterctl %s: %v\n", os.Args[1], err)
