@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -486,24 +487,32 @@ type offloadLoopStats struct {
 
 // pluginMetrics scrapes the kubelet plugin on the cluster's node.
 func pluginMetrics(ctx context.Context, c *cluster.Cluster) (string, error) {
-	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.Node})
+	pods, err := nodePluginPods(ctx, c)
 	if err != nil {
 		return "", err
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if strings.Contains(p.Name, "kubeletplugin") && p.Status.Phase == corev1.PodRunning {
+	for i := range pods {
+		if p := &pods[i]; p.Status.Phase == corev1.PodRunning {
 			return scrapeMetrics(ctx, p)
 		}
 	}
 	return "", fmt.Errorf("no running kubelet plugin pod on node %s", c.Node)
 }
 
+// nodePluginPods are the kubelet plugin's pods on the cluster's node.
+func nodePluginPods(ctx context.Context, c *cluster.Cluster) ([]corev1.Pod, error) {
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.Node})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !strings.Contains(p.Name, "kubeletplugin") }), nil
+}
+
 // nodePluginRestarts sums the restart counts of the kubelet plugin's
 // containers on the cluster's node and says the last termination of each
 // that restarted.
 func nodePluginRestarts(ctx context.Context, c *cluster.Cluster) (int32, string, error) {
-	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.Node})
+	pods, err := nodePluginPods(ctx, c)
 	if err != nil {
 		return 0, "", err
 	}
@@ -511,10 +520,7 @@ func nodePluginRestarts(ctx context.Context, c *cluster.Cluster) (int32, string,
 		n    int32
 		last []string
 	)
-	for _, p := range pods.Items {
-		if !strings.Contains(p.Name, "kubeletplugin") {
-			continue
-		}
+	for _, p := range pods {
 		for _, s := range p.Status.ContainerStatuses {
 			n += s.RestartCount
 			if t := s.LastTerminationState.Terminated; s.RestartCount > 0 && t != nil {
