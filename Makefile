@@ -103,10 +103,17 @@ lint:
 	$(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
 	cd $(IMAGE_TOOL) && $(NOCGO) $(abspath $(OUT_DIR))/golangci-lint run ./...
 
+## unit: the unit tests with the race detector; with UNIT_BIN=DIR, the
+## binaries that make unit-compile linked there, run without linking them
+## again (hack/run-tests.sh; make test does this).
 UNIT := CGO_ENABLED=1 $(GO) test -race
 unit:
+ifdef UNIT_BIN
+	hack/run-tests.sh $(UNIT_BIN) -C $(IMAGE_TOOL) $(if $(UNIT_SKIP),-skip '$(UNIT_SKIP)') ./... -C . -skip '' $(GO_PACKAGES)
+else
 	$(UNIT) -count=1 $(GO_PACKAGES)
 	cd $(IMAGE_TOOL) && $(UNIT) -count=1 $(if $(UNIT_SKIP),-skip '$(UNIT_SKIP)') ./...
+endif
 
 ## unit-compile: the unit tests compiled and linked into UNIT_BIN, not run
 ## (make test compiles them at idle priority while the e2e legs run).

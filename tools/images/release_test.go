@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -44,14 +45,36 @@ const (
 	maxLayoutFileBytes = 512 << 20
 )
 
-// releaseArches are the image index's platforms, in its order, with the ELF
-// machine of their binaries.
-var releaseArches = []struct {
+// releaseTestArches is the environment variable that narrows TestRelease
+// to fewer architectures than a release's (make test: the host's only,
+// since compiling the driver for a second architecture is some 500 CPU
+// seconds; every architecture's binaries are checked by the image tool
+// itself in make release, checkBinaries).
+const releaseTestArches = "RELEASE_TEST_ARCHES"
+
+// releaseArch is one of the image index's platforms, with the ELF machine
+// of its binaries.
+type releaseArch struct {
 	arch    string
 	machine elf.Machine
-}{
-	{"amd64", elf.EM_X86_64},
-	{"arm64", elf.EM_AARCH64},
+}
+
+// testedArches are the platforms TestRelease builds, in the index's order,
+// and their comma-separated list (hack/release.sh's ARCHES): a release's
+// (amd64,arm64), or $RELEASE_TEST_ARCHES.
+func testedArches(t *testing.T) ([]releaseArch, string) {
+	t.Helper()
+	list := cmp.Or(os.Getenv(releaseTestArches), "amd64,arm64")
+	var arches []releaseArch
+	for a := range strings.SplitSeq(list, ",") {
+		m, ok := elfMachines[a]
+		if !ok {
+			t.Fatalf("%s=%q: %q is not an architecture a release may hold (%s)", releaseTestArches, list, a, knownArches())
+		}
+		arches = append(arches, releaseArch{a, m})
+	}
+	t.Logf("releases for %s (%s)", list, releaseTestArches)
+	return arches, list
 }
 
 // TestRelease runs hack/release.sh (make release) twice, pushing to a
@@ -81,6 +104,9 @@ func TestRelease(t *testing.T) {
 	withAuths := []string{"DOCKER_CONFIG=" + dockerConfig(t, authsConfig(host, testUser, testPassword)), helmConfig}
 	without := []string{"DOCKER_CONFIG=" + dockerConfig(t, `{"auths": {}}`), helmConfig}
 	creds := remote.WithAuth(&authn.Basic{Username: testUser, Password: testPassword})
+
+	releaseArches, archList := testedArches(t)
+	withHelper, without = append(withHelper, "ARCHES="+archList), append(without, "ARCHES="+archList)
 
 	dir := t.TempDir()
 	pushed := filepath.Join(dir, "pushed")
@@ -727,6 +753,8 @@ func TestParseArches(t *testing.T) {
 		{in: "amd64 arm64", wantErr: true},
 		{in: "AMD64", wantErr: true},
 		{in: "a,b,c,d,e,f,g,h,i", wantErr: true},
+		{in: "amd64,ppc64le,s390x,riscv64,arm64", want: []string{"amd64", "ppc64le", "s390x", "riscv64", "arm64"}},
+		{in: "mips64le", wantErr: true},
 	}
 	for _, tc := range tests {
 		got, err := parseArches(tc.in)
