@@ -42,15 +42,23 @@ const (
 	LockWait = 3 * time.Second
 )
 
-// runLimits are a run's Deadline and LockWait (tests shorten them).
+// runLimits are a run's Deadline and LockWait (tests shorten them), and
+// how long ago the runtime started the hook (age: zero in Apply).
 type runLimits struct {
 	deadline, lockWait time.Duration
+	age                time.Duration
 }
 
 // Run is the whole hook: parse args and stdin, then apply or clean up,
-// within Deadline.
+// within Deadline, shortened by a late start (started.go).
 func Run(args []string, stdin io.Reader) error {
-	return run(args, stdin, runLimits{deadline: Deadline, lockWait: LockWait})
+	lim := runLimits{deadline: Deadline, lockWait: LockWait}
+	age, err := startedAgo()
+	lim.deadline = budget(Deadline, age, err == nil)
+	if err == nil {
+		lim.age = age
+	}
+	return run(args, stdin, lim)
 }
 
 func run(args []string, stdin io.Reader, lim runLimits) error {
@@ -75,7 +83,7 @@ func run(args []string, stdin io.Reader, lim runLimits) error {
 		return err
 	}
 	if req.Cleanup {
-		err, timedOut := within(lim.deadline, func(step *progress) error { return cleanup(cfg, state, lim.lockWait, step) })
+		err, timedOut := within(lim, func(step *progress) error { return cleanup(cfg, state, lim.lockWait, step) })
 		if timedOut {
 			err = fmt.Errorf("container %s: %w", ContainerName(state), err)
 		}
@@ -107,19 +115,19 @@ func (p *progress) String() string {
 }
 
 // within runs f and returns its error; when f has not returned after
-// deadline, an error that says so and the step f is at, with timedOut set
-// (f goes on in the background until the process exits).
-func within(deadline time.Duration, f func(*progress) error) (err error, timedOut bool) {
+// lim.deadline, an error that says so, the step f is at and a late start,
+// with timedOut set (f goes on in the background until the process exits).
+func within(lim runLimits, f func(*progress) error) (err error, timedOut bool) {
 	step := &progress{}
 	done := make(chan error, 1)
 	go func() { done <- f(step) }()
-	timer := time.NewTimer(deadline)
+	timer := time.NewTimer(lim.deadline)
 	defer timer.Stop()
 	select {
 	case err := <-done:
 		return err, false
 	case <-timer.C:
-		return fmt.Errorf("gave up after %s %s (the runtime kills the hook after its %ds timeout)", deadline, step, hookargs.TimeoutSeconds), true
+		return fmt.Errorf("gave up after %s %s%s (the runtime kills the hook after its %ds timeout)", lim.deadline, step, lateNote(lim.age), hookargs.TimeoutSeconds), true
 	}
 }
 
@@ -138,7 +146,7 @@ func applyWithin(cfg hookargs.Config, req hookargs.Request, state *specs.State, 
 	var total swapsettings.Settings
 	var podLimit *int64
 	var version int
-	err, timedOut := within(lim.deadline, func(step *progress) error {
+	err, timedOut := within(lim, func(step *progress) error {
 		var err error
 		total, podLimit, version, err = apply(cfg, req, state, lim.lockWait, step)
 		return err
