@@ -52,13 +52,9 @@ type runLimits struct {
 // Run is the whole hook: parse args and stdin, then apply or clean up,
 // within Deadline, shortened by a late start (started.go).
 func Run(args []string, stdin io.Reader) error {
-	lim := runLimits{deadline: Deadline, lockWait: LockWait}
-	age, err := startedAgo()
-	lim.deadline = budget(Deadline, age, err == nil)
-	if err == nil {
-		lim.age = age
-	}
-	return run(args, stdin, lim)
+	// Unknown (0, with an error): the deadline stays whole.
+	age, _ := startedAgo()
+	return run(args, stdin, runLimits{deadline: budget(Deadline, age), lockWait: LockWait, age: age})
 }
 
 func run(args []string, stdin io.Reader, lim runLimits) error {

@@ -80,15 +80,7 @@ func TestOutcomeBeforeTheRuntimeKillsIt(t *testing.T) {
 // as a write that the kernel's reclaim holds up) is given up at the
 // deadline: the record names the step, and the hook fails.
 func TestDeadlineWhileACgroupWriteHangs(t *testing.T) {
-	n := newNode(t, 2)
-	n.t = t
-	fifo := filepath.Join(n.dir, "memory.swap.max")
-	if err := os.Remove(fifo); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n := hangingWriteNode(t)
 	returned := make(chan error, 1)
 	go func() {
 		returned <- run(n.args("--swap-limit=104857600", "--claim-uid="+claimA), strings.NewReader(stateJSON(cid, pid)),
@@ -134,4 +126,21 @@ func TestDeadlineWellUnderTheRuntimesTimeout(t *testing.T) {
 	if LockWait >= Deadline || 2*Deadline > hookargs.TimeoutSeconds*time.Second {
 		t.Errorf("lock wait %v, deadline %v, runtime's timeout %ds: want lock wait < deadline ≤ half the timeout", LockWait, Deadline, hookargs.TimeoutSeconds)
 	}
+}
+
+// hangingWriteNode is a v2 node whose container's memory.swap.max is a
+// FIFO no one reads: a write to it does not return, as a write that the
+// kernel's reclaim holds up.
+func hangingWriteNode(t *testing.T) *node {
+	t.Helper()
+	n := newNode(t, 2)
+	n.t = t
+	fifo := filepath.Join(n.dir, "memory.swap.max")
+	if err := os.Remove(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

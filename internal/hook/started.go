@@ -34,7 +34,7 @@ const (
 
 // startedAgo is how long ago this process was started: its start time in
 // /proc/self/stat (field 22, clock ticks since boot) against
-// CLOCK_BOOTTIME, to the kernel's 10 ms.
+// CLOCK_BOOTTIME, to the kernel's 10 ms; 0 with the error when unknown.
 func startedAgo() (time.Duration, error) {
 	f, err := os.Open("/proc/self/stat")
 	if err != nil {
@@ -78,14 +78,14 @@ func parseStartTicks(stat string) (uint64, error) {
 }
 
 // budget is how long the hook's work may take, given how long ago the
-// runtime started the hook (age; ok false when unknown): at most deadline,
-// and over by exitMargin before the runtime's timeout, but never less than
+// runtime started the hook (age; 0 when unknown): at most deadline, and
+// over by exitMargin before the runtime's timeout, but never less than
 // minBudget (or deadline, if shorter). An age outside 0 to the runtime's
 // timeout is no measurement (the runtime would have killed the hook) and
 // leaves deadline.
-func budget(deadline, age time.Duration, ok bool) time.Duration {
+func budget(deadline, age time.Duration) time.Duration {
 	timeout := hookargs.TimeoutSeconds * time.Second
-	if !ok || age < 0 || age > timeout {
+	if age < 0 || age > timeout {
 		return deadline
 	}
 	return max(min(deadline, minBudget), min(deadline, timeout-exitMargin-age))

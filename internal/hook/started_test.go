@@ -1,10 +1,7 @@
 package hook
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -62,21 +59,20 @@ func TestBudget(t *testing.T) {
 		name     string
 		deadline time.Duration
 		age      time.Duration
-		known    bool
 		want     time.Duration
 	}{
-		{name: "started at once", deadline: Deadline, age: 20 * time.Millisecond, known: true, want: Deadline},
-		{name: "started 4s late", deadline: Deadline, age: 4 * time.Second, known: true, want: 4 * time.Second},
-		{name: "started 7.9s late", deadline: Deadline, age: 7900 * time.Millisecond, known: true, want: minBudget},
-		{name: "a test's short deadline", deadline: 300 * time.Millisecond, age: 9 * time.Second, known: true, want: 300 * time.Millisecond},
-		{name: "age unknown", deadline: Deadline, known: false, want: Deadline},
-		{name: "age negative", deadline: Deadline, age: -time.Second, known: true, want: Deadline},
-		{name: "age past the runtime's timeout", deadline: Deadline, age: time.Hour, known: true, want: Deadline},
+		{name: "started at once", deadline: Deadline, age: 20 * time.Millisecond, want: Deadline},
+		{name: "started 4s late", deadline: Deadline, age: 4 * time.Second, want: 4 * time.Second},
+		{name: "started 7.9s late", deadline: Deadline, age: 7900 * time.Millisecond, want: minBudget},
+		{name: "a test's short deadline", deadline: 300 * time.Millisecond, age: 9 * time.Second, want: 300 * time.Millisecond},
+		{name: "age unknown (startedAgo's 0)", deadline: Deadline, age: 0, want: Deadline},
+		{name: "age negative", deadline: Deadline, age: -time.Second, want: Deadline},
+		{name: "age past the runtime's timeout", deadline: Deadline, age: time.Hour, want: Deadline},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := budget(tc.deadline, tc.age, tc.known); got != tc.want {
-				t.Errorf("budget(%v, %v, %v) = %v, want %v", tc.deadline, tc.age, tc.known, got, tc.want)
+			if got := budget(tc.deadline, tc.age); got != tc.want {
+				t.Errorf("budget(%v, %v) = %v, want %v", tc.deadline, tc.age, got, tc.want)
 			}
 		})
 	}
@@ -86,17 +82,9 @@ func TestBudget(t *testing.T) {
 // ran it, whose cgroup write hangs, gives up 1 s later (before the
 // runtime's 10 s timeout, exitMargin kept), saying how late it started.
 func TestLateStartShortensTheDeadline(t *testing.T) {
-	n := newNode(t, 2)
-	n.t = t
-	fifo := filepath.Join(n.dir, "memory.swap.max")
-	if err := os.Remove(fifo); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n := hangingWriteNode(t)
 	age := 7 * time.Second
-	lim := runLimits{deadline: budget(Deadline, age, true), lockWait: LockWait, age: age}
+	lim := runLimits{deadline: budget(Deadline, age), lockWait: LockWait, age: age}
 	start := time.Now()
 	err := run(n.args("--swap-limit=104857600", "--claim-uid="+claimA), strings.NewReader(stateJSON(cid, pid)), lim)
 	took := time.Since(start)

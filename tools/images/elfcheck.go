@@ -3,6 +3,7 @@ package main
 import (
 	"debug/elf"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,20 +55,30 @@ func checkBinaries(dir, arch string) error {
 	return nil
 }
 
-// checkBinary checks one file: an ELF executable for machine, 64-bit, with
-// no interpreter and no dynamic section.
+// checkBinary checks one file with checkELF.
 func checkBinary(path string, machine elf.Machine) error {
-	f, err := elf.Open(path)
+	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("%s is not an ELF file: %w", filepath.Base(path), err)
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
 	defer f.Close()
+	return checkELF(filepath.Base(path), f, machine)
+}
+
+// checkELF checks the binary name: an ELF executable for machine, 64-bit,
+// with no interpreter and no dynamic section (TestRelease checks the
+// released images' binaries with it too).
+func checkELF(name string, r io.ReaderAt, machine elf.Machine) error {
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return fmt.Errorf("%s is not an ELF file: %w", name, err)
+	}
 	if f.Machine != machine || f.Class != elf.ELFCLASS64 || f.Type != elf.ET_EXEC {
-		return fmt.Errorf("%s is a %v %v %v, want a 64-bit %v executable", filepath.Base(path), f.Class, f.Machine, f.Type, machine)
+		return fmt.Errorf("%s is a %v %v %v, want a 64-bit %v executable", name, f.Class, f.Machine, f.Type, machine)
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
-			return fmt.Errorf("%s is linked dynamically (%v), want a static executable", filepath.Base(path), p.Type)
+			return fmt.Errorf("%s is linked dynamically (%v), want a static executable", name, p.Type)
 		}
 	}
 	return nil

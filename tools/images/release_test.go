@@ -65,13 +65,13 @@ type releaseArch struct {
 func testedArches(t *testing.T) ([]releaseArch, string) {
 	t.Helper()
 	list := cmp.Or(os.Getenv(releaseTestArches), "amd64,arm64")
+	names, err := parseArches(list)
+	if err != nil {
+		t.Fatalf("%s: %v", releaseTestArches, err)
+	}
 	var arches []releaseArch
-	for a := range strings.SplitSeq(list, ",") {
-		m, ok := elfMachines[a]
-		if !ok {
-			t.Fatalf("%s=%q: %q is not an architecture a release may hold (%s)", releaseTestArches, list, a, knownArches())
-		}
-		arches = append(arches, releaseArch{a, m})
+	for _, a := range names {
+		arches = append(arches, releaseArch{a, elfMachines[a]})
 	}
 	t.Logf("releases for %s (%s)", list, releaseTestArches)
 	return arches, list
@@ -197,18 +197,8 @@ func TestRelease(t *testing.T) {
 				t.Errorf("linux/%s holds %q, want the three commands", want.arch, got)
 			}
 			for file, data := range files {
-				f, err := elf.NewFile(bytes.NewReader(data))
-				if err != nil {
-					t.Errorf("linux/%s: %s is not an ELF file: %v", want.arch, file, err)
-					continue
-				}
-				if f.Machine != want.machine || f.Class != elf.ELFCLASS64 || f.Type != elf.ET_EXEC {
-					t.Errorf("linux/%s: %s is a %v %v %v, want a 64-bit %v executable", want.arch, file, f.Class, f.Machine, f.Type, want.machine)
-				}
-				for _, p := range f.Progs {
-					if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
-						t.Errorf("linux/%s: %s is linked dynamically (%v), want a static executable", want.arch, file, p.Type)
-					}
+				if err := checkELF(file, bytes.NewReader(data), want.machine); err != nil {
+					t.Errorf("linux/%s: %v", want.arch, err)
 				}
 			}
 			binaries[want.arch] = files
