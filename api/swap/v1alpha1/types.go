@@ -53,9 +53,11 @@ const (
 // information (cgroup v2 memory.pressure, "some") and, while the stall
 // is within MaxStallPercent, asks the kernel to reclaim a step of the
 // container's memory (memory.reclaim, anonymous memory where the kernel
-// allows it), a smaller step the nearer the stall is to the budget; it
-// pauses while the stall is above the budget or the container's swap is
-// near its limit. It never moves more than the claim's swap (the limit
+// allows it), a smaller step the nearer the stall is to half the budget
+// (the rest is room for the stall of pages a step moved that the
+// container uses again), none from there to the budget; it pauses while
+// the stall is above the budget or the container's swap is near its
+// limit. It never moves more than the claim's swap (the limit
 // bounds it). Needs cgroup v2, Linux 5.19 or later (memory.reclaim) and
 // pressure stall information (PSI) on the node.
 type Offload struct {

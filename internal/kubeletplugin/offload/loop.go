@@ -374,6 +374,6 @@ func (l *Loop) refresh(ctx context.Context, id string) *tracked {
 
 // String describes the knobs for the start-up log.
 func (p Params) String() string {
-	return fmt.Sprintf("step %d%% of memory.current, %d..%d bytes; %d%% swap headroom; episode ends after %d quiet intervals; %d intervals of rest after an exhausted reclaim",
-		p.MaxStepPercent, p.MinStepBytes, p.MaxStepBytes, p.SwapHeadroomPercent, p.QuietIntervals, p.ExhaustedIntervals)
+	return fmt.Sprintf("step %d%% of memory.current, %d..%d bytes, none at %d%% of the budget; %d%% swap headroom; episode ends after %d quiet intervals; %d intervals of rest after an exhausted reclaim",
+		p.MaxStepPercent, p.MinStepBytes, p.MaxStepBytes, p.TargetPercent, p.SwapHeadroomPercent, p.QuietIntervals, p.ExhaustedIntervals)
 }
