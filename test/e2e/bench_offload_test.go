@@ -417,27 +417,76 @@ func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node str
 	}
 }
 
+// nodeSummary is the node's part of its kubelet's summary API
+// (stats/summary), the figures the eviction manager uses.
+type nodeSummary struct {
+	CPU struct {
+		Time                 time.Time `json:"time"`
+		UsageCoreNanoSeconds *uint64   `json:"usageCoreNanoSeconds"`
+	} `json:"cpu"`
+	Memory struct {
+		AvailableBytes *int64 `json:"availableBytes"`
+	} `json:"memory"`
+}
+
+func readNodeSummary(ctx context.Context, c *cluster.Cluster, node string) (nodeSummary, error) {
+	raw, err := c.Client.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix("stats/summary").DoRaw(ctx)
+	if err != nil {
+		return nodeSummary{}, err
+	}
+	var summary struct {
+		Node nodeSummary `json:"node"`
+	}
+	if err := json.Unmarshal(raw, &summary); err != nil {
+		return nodeSummary{}, fmt.Errorf("node %s's summary: %w", node, err)
+	}
+	return summary.Node, nil
+}
+
 // nodeMemoryAvailable is the node's memory.available as its kubelet's
 // eviction manager computes it (the summary API's node.memory.availableBytes).
 func nodeMemoryAvailable(ctx context.Context, c *cluster.Cluster, node string) (int64, error) {
-	raw, err := c.Client.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix("stats/summary").DoRaw(ctx)
+	s, err := readNodeSummary(ctx, c, node)
 	if err != nil {
 		return 0, err
 	}
-	var summary struct {
-		Node struct {
-			Memory struct {
-				AvailableBytes *int64 `json:"availableBytes"`
-			} `json:"memory"`
-		} `json:"node"`
-	}
-	if err := json.Unmarshal(raw, &summary); err != nil {
-		return 0, fmt.Errorf("node %s's summary: %w", node, err)
-	}
-	if summary.Node.Memory.AvailableBytes == nil {
+	if s.Memory.AvailableBytes == nil {
 		return 0, fmt.Errorf("node %s's summary has no memory.availableBytes", node)
 	}
-	return *summary.Node.Memory.AvailableBytes, nil
+	return *s.Memory.AvailableBytes, nil
+}
+
+// cpuReading is a node's CPU time used since boot, when it was read, and
+// its cores.
+type cpuReading struct {
+	at    time.Time
+	used  time.Duration
+	cores int64
+}
+
+// busySince is the mean number of cores busy between two readings.
+func (r cpuReading) busySince(before cpuReading) float64 {
+	if !r.at.After(before.at) {
+		return 0
+	}
+	return float64(r.used-before.used) / float64(r.at.Sub(before.at))
+}
+
+// nodeCPU reads the node's CPU use (the summary API's
+// node.cpu.usageCoreNanoSeconds) and its capacity.
+func nodeCPU(ctx context.Context, c *cluster.Cluster, node string) (cpuReading, error) {
+	s, err := readNodeSummary(ctx, c, node)
+	if err != nil {
+		return cpuReading{}, err
+	}
+	if s.CPU.UsageCoreNanoSeconds == nil {
+		return cpuReading{}, fmt.Errorf("node %s's summary has no cpu.usageCoreNanoSeconds", node)
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return cpuReading{}, err
+	}
+	return cpuReading{at: s.CPU.Time, used: time.Duration(*s.CPU.UsageCoreNanoSeconds), cores: n.Status.Capacity.Cpu().Value()}, nil
 }
 
 // allStarted reports whether every named pod runs.

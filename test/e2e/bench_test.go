@@ -242,6 +242,10 @@ func BenchmarkPodStartup(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Asides, each reported as not known when it cannot be read: the
+	// plugin's own part of its prepares, and how busy the node's CPUs were.
+	pluginBefore, pluginErr := pluginPrepareStats(ctx, c)
+	cpuBefore, cpuErr := nodeCPU(ctx, c, c.Node)
 	startup := map[string][]time.Duration{}
 	b.ResetTimer()
 	for round := range benchRounds {
@@ -259,12 +263,22 @@ func BenchmarkPodStartup(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bursts := runBursts(b, ctx, c, ns, kinds, func(kind string, round, i int) *corev1.Pod {
-		// The burst-* templates; the round in the name only.
-		p := pod("burst-", kind, i)
-		p.Name = fmt.Sprintf("burst-r%d-%s", round, strings.TrimPrefix(p.Name, "burst-"))
-		return p
-	})
+	pluginAfter, err := pluginPrepareStats(ctx, c)
+	pluginErr = errors.Join(pluginErr, err)
+	cpuAfter, err := nodeCPU(ctx, c, c.Node)
+	cpuErr = errors.Join(cpuErr, err)
+	// BENCH_BURST_ROUNDS=0 leaves the bursts out: on a node that offloads
+	// 20 pods under emulation each burst takes minutes (make bench-offload
+	// measures the one-pod figures only).
+	var bursts *burstResults
+	if rounds := benchEnv("BENCH_BURST_ROUNDS", burstRounds); rounds > 0 {
+		bursts = runBursts(b, ctx, c, ns, kinds, rounds, func(kind string, round, i int) *corev1.Pod {
+			// The burst-* templates; the round in the name only.
+			p := pod("burst-", kind, i)
+			p.Name = fmt.Sprintf("burst-r%d-%s", round, strings.TrimPrefix(p.Name, "burst-"))
+			return p
+		})
+	}
 	var report strings.Builder
 	fmt.Fprintf(&report, "pod create -> Ready over %d rounds (rotating order), kubelet v1.37.1, containerd 2.2.1, node %s:\n", benchRounds, c.Node)
 	for _, kind := range kinds {
@@ -273,20 +287,31 @@ func BenchmarkPodStartup(b *testing.B) {
 		fmt.Fprintf(&report, "  %-12s median %6.1f ms  (min %6.1f, max %6.1f)\n", kind, ms(ds[len(ds)/2]), ms(ds[0]), ms(ds[len(ds)-1]))
 	}
 	fmt.Fprintf(&report, "kubelet dra_grpc_operations_duration_seconds, NodePrepareResources, mean over the benchmark:\n")
+	means := map[string]float64{}
 	for _, driver := range []string{noopdriver.DriverName, "dra.swap"} {
 		d := kubeletPrepare{sum: after[driver].sum - before[driver].sum, count: after[driver].count - before[driver].count}
-		mean := 0.0
-		if d.count > 0 {
-			mean = d.sum / d.count * 1000
-		}
-		fmt.Fprintf(&report, "  %-22s %6.2f ms over %.0f calls\n", driver, mean, d.count)
-		b.ReportMetric(mean, strings.ReplaceAll(driver, ".", "_")+"-prepare-ms")
+		means[driver] = d.mean()
+		fmt.Fprintf(&report, "  %-22s %6.2f ms over %.0f calls\n", driver, d.mean(), d.count)
+		b.ReportMetric(d.mean(), strings.ReplaceAll(driver, ".", "_")+"-prepare-ms")
 	}
+	own := "not known"
+	if pluginErr == nil {
+		own = fmt.Sprintf("%.2f ms mean", kubeletPrepare{sum: pluginAfter.sum - pluginBefore.sum, count: pluginAfter.count - pluginBefore.count}.mean())
+	}
+	fmt.Fprintf(&report, "  dra.swap - no-op: %+.2f ms (target: within 1 ms); the plugin's own part of its prepare %s\n", means["dra.swap"]-means[noopdriver.DriverName], own)
+	if cpuErr != nil {
+		fmt.Fprintf(&report, "node CPU over the rounds: not known (%v)\n", cpuErr)
+	} else {
+		fmt.Fprintf(&report, "node CPU over the rounds: %.2f of %d cores busy\n", cpuAfter.busySince(cpuBefore), cpuAfter.cores)
+	}
+	b.ReportMetric(means["dra.swap"]-means[noopdriver.DriverName], "swap-minus-noop-prepare-ms")
 	for _, kind := range kinds {
 		ds := startup[kind]
 		b.ReportMetric(ms(ds[len(ds)/2]), strings.ReplaceAll(kind, " ", "-")+"-median-ms")
 	}
-	bursts.report(b, &report)
+	if bursts != nil {
+		bursts.report(b, &report)
+	}
 	if offloading > 0 {
 		reportOffloading(b, ctx, c, loopBefore, offloading, &report)
 	}
@@ -331,13 +356,14 @@ func createUntilReady(ctx context.Context, c *cluster.Cluster, p *corev1.Pod) (t
 }
 
 // A burst creates burstPods pods of one kind at once, as a Deployment
-// scaled up or a Job started does; burstRounds bursts of each kind, the
-// kinds in rotating order.
+// scaled up or a Job started does; burstRounds bursts of each kind (by
+// default: BENCH_BURST_ROUNDS), the kinds in rotating order.
 const burstPods, burstRounds = 12, 3
 
 // burstResults are the bursts' figures by kind.
 type burstResults struct {
-	kinds []string
+	kinds  []string
+	rounds int
 	// allReady is each burst's time from its first create until all its
 	// pods were Ready.
 	allReady map[string][]time.Duration
@@ -366,14 +392,14 @@ func burstDriver(kind string) string {
 // client of their own (not throttled below the burst), listed until all
 // are Ready, then deleted, and the next burst starts once they are gone
 // (their claims unprepared).
-func runBursts(b *testing.B, ctx context.Context, c *cluster.Cluster, ns string, kinds []string, pod func(kind string, round, i int) *corev1.Pod) burstResults {
+func runBursts(b *testing.B, ctx context.Context, c *cluster.Cluster, ns string, kinds []string, rounds int, pod func(kind string, round, i int) *corev1.Pod) *burstResults {
 	b.Helper()
 	config := rest.CopyConfig(c.Config)
 	config.QPS, config.Burst = 100, 200
 	client := kubernetes.NewForConfigOrDie(config)
 	pods := client.CoreV1().Pods(ns)
-	res := burstResults{kinds: kinds, allReady: map[string][]time.Duration{}, prepare: map[string]kubeletPrepare{}}
-	for round := range burstRounds {
+	res := &burstResults{kinds: kinds, rounds: rounds, allReady: map[string][]time.Duration{}, prepare: map[string]kubeletPrepare{}}
+	for round := range rounds {
 		for k := range kinds {
 			kind := kinds[(round+k)%len(kinds)]
 			label := fmt.Sprintf("r%d-%s", round, strings.ReplaceAll(strings.ReplaceAll(kind, " ", "-"), "no-op", "noop"))
@@ -474,9 +500,9 @@ func burst(ctx context.Context, pods corev1client.PodInterface, label string, po
 }
 
 // report prints the bursts' figures and reports them as metrics.
-func (r burstResults) report(b *testing.B, out *strings.Builder) {
+func (r *burstResults) report(b *testing.B, out *strings.Builder) {
 	fmt.Fprintf(out, "%d pods created at once, %d bursts of each kind (rotating order): create -> all Ready, and the kubelet's NodePrepareResources during the bursts:\n",
-		burstPods, burstRounds)
+		burstPods, r.rounds)
 	for _, kind := range r.kinds {
 		ds := r.allReady[kind]
 		line := fmt.Sprintf("  %-12s all Ready: median %7.1f ms (rounds:", kind, median(ds))
