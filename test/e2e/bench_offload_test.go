@@ -285,12 +285,32 @@ func waitHotCold(ctx context.Context, c *cluster.Cluster, ns, name string, timeo
 		p, err = c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed), nil
 	}); err != nil {
-		return nil, fmt.Errorf("pod %s did not finish: %w", name, err)
+		return nil, fmt.Errorf("pod %s did not finish: %w (%s)", name, err, whereStuck(ctx, c, p))
 	}
 	if p.Status.Phase == corev1.PodFailed {
 		return nil, fmt.Errorf("pod %s failed: %+v", name, p.Status.ContainerStatuses)
 	}
 	return hotColdLines(ctx, c, ns, name)
+}
+
+// whereStuck says where a pod that did not finish is: its phase, its
+// containers' waiting reasons and the last warning event about it.
+func whereStuck(ctx context.Context, c *cluster.Cluster, p *corev1.Pod) string {
+	if p == nil {
+		return "never read"
+	}
+	out := fmt.Sprintf("phase %s on %q", p.Status.Phase, p.Spec.NodeName)
+	for _, s := range p.Status.ContainerStatuses {
+		if w := s.State.Waiting; w != nil {
+			out += fmt.Sprintf(", %s waiting: %s %s", s.Name, w.Reason, w.Message)
+		}
+	}
+	events, err := c.Client.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name + ",type=Warning"})
+	if err == nil && len(events.Items) > 0 {
+		e := events.Items[len(events.Items)-1]
+		out += fmt.Sprintf(", last warning (%d of them): %s %s", len(events.Items), e.Reason, e.Message)
+	}
+	return out
 }
 
 func hotColdLines(ctx context.Context, c *cluster.Cluster, ns, name string) ([]hotColdLine, error) {
