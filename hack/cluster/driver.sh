@@ -46,10 +46,11 @@ kubeletPlugin:
   pressure:
     interval: 0s
   # TestOffload sees a container's cold memory offloaded within seconds:
-  # a pass every 2s, steps of up to 10% of memory.current.
+  # a pass every 2s, steps of up to 10% of memory.current (the chart's
+  # defaults, 6s and 1, with OFFLOAD_INTERVAL and OFFLOAD_MAX_STEP_PERCENT).
   offload:
-    interval: 2s
-    maxStepPercent: 10
+    interval: ${OFFLOAD_INTERVAL:-2s}
+    maxStepPercent: ${OFFLOAD_MAX_STEP_PERCENT:-10}
   logVerbosity: 4
 controller:
   logVerbosity: 4
