@@ -15,7 +15,8 @@ const offloadStatusPeriod = time.Minute
 // OffloadStatus is a claim's offload, in its device status data.
 type OffloadStatus struct {
 	// State is the loop's state of the claim's containers: Offloading,
-	// OverBudget (paused), AtSwapLimit, Idle, Exhausted or Sampling.
+	// OverBudget (paused), AtSwapLimit, Idle, Exhausted, Refaulting or
+	// Sampling.
 	State offload.Reason `json:"state"`
 	// SwapBytes is the swap its containers use (memory.swap.current),
 	// SwapPeakBytes the highest (memory.swap.peak), where the kernel has

@@ -19,6 +19,7 @@ const (
 	fileCurrent     = "memory.current"
 	fileSwapCurrent = "memory.swap.current"
 	fileSwapPeak    = "memory.swap.peak"
+	fileStat        = "memory.stat"
 	fileReclaim     = "memory.reclaim"
 )
 
@@ -27,8 +28,9 @@ const (
 const maxFileBytes = 4096
 
 // read reads this interval's figures of the cgroup at dir: memory
-// pressure, memory and swap in use, and memory.swap.peak where the kernel
-// has it (Linux 6.5 and later; peak -1 otherwise).
+// pressure, memory and swap in use, anonymous pages refaulted where
+// memory.stat has them, and memory.swap.peak where the kernel has it
+// (Linux 6.5 and later; peak -1 otherwise).
 func read(dir string, now time.Time, buf []byte) (r Reading, peak int64, err error) {
 	r.At = now
 	data, err := readFile(filepath.Join(dir, filePressure), buf)
@@ -44,11 +46,33 @@ func read(dir string, now time.Time, buf []byte) (r Reading, peak int64, err err
 	if r.SwapCurrent, err = readInt(filepath.Join(dir, fileSwapCurrent), buf); err != nil {
 		return r, -1, err
 	}
+	// workingset_refault_anon (Linux 5.9 and later): without it the
+	// loop has no refault guard.
+	r.RefaultedPages = -1
+	if data, err := readFile(filepath.Join(dir, fileStat), buf); err == nil {
+		if v, ok := statValue(data, "workingset_refault_anon"); ok {
+			r.RefaultedPages = v
+		}
+	}
 	peak, err = readInt(filepath.Join(dir, fileSwapPeak), buf)
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, -1, nil
 	}
 	return r, peak, err
+}
+
+// statValue is the value of a "key value" line of memory.stat; false
+// when the key is missing or its value is not a non-negative integer.
+func statValue(data []byte, key string) (int64, bool) {
+	for line := range bytes.Lines(data) {
+		rest, ok := bytes.CutPrefix(line, []byte(key+" "))
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseInt(string(bytes.TrimSpace(rest)), 10, 64)
+		return v, err == nil && v >= 0
+	}
+	return 0, false
 }
 
 // someTotal reads the "some" line's total (microseconds) of a PSI file:

@@ -49,12 +49,17 @@ type Params struct {
 	// (nothing cold left to reclaim), the container rests this many
 	// intervals, so that the loop does not scan it in vain each time.
 	ExhaustedIntervals int
+	// RefaultPercent: when at least this share of a step is faulted back
+	// in over the next interval, the container rests RefaultRestIntervals
+	// (its cold memory is moved; what is left is in use).
+	RefaultPercent       int64
+	RefaultRestIntervals int
 }
 
 // DefaultParams are the loop's defaults.
 func DefaultParams() Params {
 	return Params{MaxStepPercent: 1, TargetPercent: 50, MinStepBytes: 256 << 10, MaxStepBytes: 64 << 20, SwapHeadroomPercent: 5,
-		QuietIntervals: 10, ExhaustedIntervals: 5}
+		QuietIntervals: 10, ExhaustedIntervals: 5, RefaultPercent: 50, RefaultRestIntervals: 10}
 }
 
 // Validate checks the knobs.
@@ -68,6 +73,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("steps %d..%d bytes must be at least a page and in order", p.MinStepBytes, p.MaxStepBytes)
 	case p.SwapHeadroomPercent < 0 || p.SwapHeadroomPercent >= 100:
 		return fmt.Errorf("swap headroom %d%% must be 0 to 99", p.SwapHeadroomPercent)
+	case p.RefaultPercent < 1 || p.RefaultPercent > 100 || p.RefaultRestIntervals < 0:
+		return fmt.Errorf("refault guard %d%% must be 1 to 100 and its rest %d intervals not negative", p.RefaultPercent, p.RefaultRestIntervals)
 	case p.QuietIntervals < 1 || p.ExhaustedIntervals < 0:
 		return fmt.Errorf("quiet intervals %d must be positive, exhausted intervals %d not negative", p.QuietIntervals, p.ExhaustedIntervals)
 	}
@@ -86,6 +93,9 @@ type Reading struct {
 	StallTotal uint64
 	// Current is memory.current, SwapCurrent memory.swap.current.
 	Current, SwapCurrent int64
+	// RefaultedPages is memory.stat's workingset_refault_anon: anonymous
+	// pages faulted back in soon after they were reclaimed (-1: not known).
+	RefaultedPages int64
 }
 
 // Limits are what bound a container's offload, from its records.
@@ -122,6 +132,10 @@ const (
 	// ReasonExhausted: the kernel could not reclaim the last step in
 	// full; the container rests a few intervals.
 	ReasonExhausted Reason = "Exhausted"
+	// ReasonRefaulting: most of the last step came back within an
+	// interval (the step took pages the container uses: its cold memory
+	// is moved); the container rests RefaultRestIntervals.
+	ReasonRefaulting Reason = "Refaulting"
 )
 
 // Decision is what Decide says for one interval.
@@ -146,8 +160,11 @@ type State struct {
 	episode bool
 	quiet   int
 	// rest counts down the intervals a container rests after an
-	// exhausted reclaim.
-	rest int
+	// exhausted reclaim or a step that came back, restReason says which.
+	rest       int
+	restReason Reason
+	// stepped is the step the last decision reclaimed (0: none).
+	stepped int64
 }
 
 // InEpisode reports whether a pressure episode is open.
@@ -182,10 +199,24 @@ func Decide(st *State, r Reading, l Limits, interval time.Duration, p Params) De
 			st.episode, st.quiet = false, 0
 		}
 	}
+	stepped := st.stepped
+	st.stepped = 0
 	if st.rest > 0 {
 		st.rest--
-		d.Reason = ReasonExhausted
+		d.Reason = st.restReason
 		return d
+	}
+	// The refault guard: when most of the last step was faulted back in
+	// over the interval, the step took pages in use, which cost the
+	// container stall (and the node CPU, compressing and decompressing
+	// them) for nothing; a stall within the budget does not show it when
+	// the pages come back from zswap fast (katalyst's refault policy).
+	if stepped > 0 && r.RefaultedPages >= 0 && prev.RefaultedPages >= 0 && r.RefaultedPages >= prev.RefaultedPages {
+		if back := (r.RefaultedPages - prev.RefaultedPages) * pageSize; back*100 >= stepped*p.RefaultPercent {
+			st.rest, st.restReason = p.RefaultRestIntervals, ReasonRefaulting
+			d.Reason = ReasonRefaulting
+			return d
+		}
 	}
 	ceiling := l.SwapBytes / 100 * (100 - p.SwapHeadroomPercent)
 	if l.HighBytes >= 0 && l.HighBytes < ceiling {
@@ -212,9 +243,12 @@ func Decide(st *State, r Reading, l Limits, interval time.Duration, p Params) De
 		return d
 	}
 	d.Reason, d.ReclaimBytes = ReasonOffloading, step
+	st.stepped = step
 	return d
 }
 
 // Exhausted tells the state that the kernel could not reclaim the whole
 // step (memory.reclaim returned EAGAIN): the container rests.
-func (s *State) Exhausted(p Params) { s.rest = p.ExhaustedIntervals }
+func (s *State) Exhausted(p Params) {
+	s.rest, s.restReason, s.stepped = p.ExhaustedIntervals, ReasonExhausted, 0
+}

@@ -146,6 +146,53 @@ func TestDecideExhausted(t *testing.T) {
 	}
 }
 
+// TestDecideRefaultGuard: a step most of which is faulted back in over
+// the next interval rests the container RefaultRestIntervals; a step that
+// stays out, or a kernel without the count, does not.
+func TestDecideRefaultGuard(t *testing.T) {
+	p := DefaultParams()
+	p.RefaultRestIntervals = 2
+	limits := Limits{BudgetPPM: 1000, SwapBytes: 512 * mi, HighBytes: -1}
+	step := (1024 * mi / 100 * p.MaxStepPercent) / pageSize // pages of the first step
+	for _, tc := range []struct {
+		name string
+		// back: pages refaulted over the interval after the first step;
+		// -1: the kernel has no count.
+		back int64
+		want []Reason
+	}{
+		{"all came back", step, []Reason{ReasonRefaulting, ReasonRefaulting, ReasonRefaulting, ReasonOffloading}},
+		{"half came back", (step + 1) / 2, []Reason{ReasonRefaulting, ReasonRefaulting, ReasonRefaulting, ReasonOffloading}},
+		{"a third came back", step / 3, []Reason{ReasonOffloading, ReasonOffloading, ReasonOffloading, ReasonOffloading}},
+		{"none came back", 0, []Reason{ReasonOffloading, ReasonOffloading, ReasonOffloading, ReasonOffloading}},
+		{"no count", -1, []Reason{ReasonOffloading, ReasonOffloading, ReasonOffloading, ReasonOffloading}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var st State
+			r := Reading{At: t0, Current: 1024 * mi, RefaultedPages: 1000}
+			if tc.back < 0 {
+				r.RefaultedPages = -1
+			}
+			Decide(&st, r, limits, interval, p)
+			r.At = r.At.Add(interval)
+			if d := Decide(&st, r, limits, interval, p); d.Reason != ReasonOffloading || d.ReclaimBytes != step*pageSize {
+				t.Fatalf("first step: %+v, want %d bytes offloaded", d, step*pageSize)
+			}
+			if tc.back >= 0 {
+				r.RefaultedPages += tc.back
+			}
+			var reasons []Reason
+			for range 4 {
+				r.At = r.At.Add(interval)
+				reasons = append(reasons, Decide(&st, r, limits, interval, p).Reason)
+			}
+			if !slices.Equal(reasons, tc.want) {
+				t.Errorf("after the step: %v, want %v", reasons, tc.want)
+			}
+		})
+	}
+}
+
 func TestParamsValidate(t *testing.T) {
 	if err := DefaultParams().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
@@ -160,6 +207,9 @@ func TestParamsValidate(t *testing.T) {
 		"headroom 100 %":   func(p *Params) { p.SwapHeadroomPercent = 100 },
 		"no quiet":         func(p *Params) { p.QuietIntervals = 0 },
 		"negative resting": func(p *Params) { p.ExhaustedIntervals = -1 },
+		"refault 0 %":      func(p *Params) { p.RefaultPercent = 0 },
+		"refault 101 %":    func(p *Params) { p.RefaultPercent = 101 },
+		"negative refault": func(p *Params) { p.RefaultRestIntervals = -1 },
 	} {
 		p := DefaultParams()
 		change(&p)

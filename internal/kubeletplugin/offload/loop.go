@@ -256,7 +256,7 @@ func rank(r Reason) int {
 		return 4
 	case ReasonOffloading:
 		return 3
-	case ReasonExhausted:
+	case ReasonExhausted, ReasonRefaulting:
 		return 2
 	case ReasonIdle:
 		return 1

@@ -423,3 +423,38 @@ func BenchmarkPass(b *testing.B) {
 		})
 	}
 }
+
+// TestReadRefaults: read takes memory.stat's workingset_refault_anon, and
+// -1 when the file or the key is missing or not a count.
+func TestReadRefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name, stat string // "" : no memory.stat
+		want       int64
+	}{
+		{"a count", "anon 4096\nworkingset_refault_anon 42\nworkingset_refault_file 7\n", 42},
+		{"no memory.stat", "", -1},
+		{"no key", "anon 4096\nworkingset_refault_file 7\n", -1},
+		{"a prefix of another key only", "workingset_refault_anonymous 3\n", -1},
+		{"not a count", "workingset_refault_anon -3\n", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			files := map[string]string{filePressure: "some avg10=0.00 avg60=0.00 avg300=0.00 total=5\n", fileCurrent: "100\n", fileSwapCurrent: "0\n"}
+			if tc.stat != "" {
+				files[fileStat] = tc.stat
+			}
+			for name, content := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, _, err := read(dir, time.Now(), make([]byte, maxFileBytes+1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.RefaultedPages != tc.want {
+				t.Errorf("RefaultedPages = %d, want %d", r.RefaultedPages, tc.want)
+			}
+		})
+	}
+}
