@@ -163,7 +163,8 @@ type State struct {
 	// exhausted reclaim or a step that came back, restReason says which.
 	rest       int
 	restReason Reason
-	// stepped is the step the last decision reclaimed (0: none).
+	// stepped is the step written since the last decision (Reclaimed;
+	// 0: none).
 	stepped int64
 }
 
@@ -243,12 +244,14 @@ func Decide(st *State, r Reading, l Limits, interval time.Duration, p Params) De
 		return d
 	}
 	d.Reason, d.ReclaimBytes = ReasonOffloading, step
-	st.stepped = step
 	return d
 }
 
+// Reclaimed tells the state that the kernel reclaimed the decision's whole
+// step; the next decision holds it against the pages faulted back in
+// meanwhile. A step deferred by the pass bound or not written is not one.
+func (s *State) Reclaimed(bytes int64) { s.stepped = bytes }
+
 // Exhausted tells the state that the kernel could not reclaim the whole
 // step (memory.reclaim returned EAGAIN): the container rests.
-func (s *State) Exhausted(p Params) {
-	s.rest, s.restReason, s.stepped = p.ExhaustedIntervals, ReasonExhausted, 0
-}
+func (s *State) Exhausted(p Params) { s.rest, s.restReason = p.ExhaustedIntervals, ReasonExhausted }

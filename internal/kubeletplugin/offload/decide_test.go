@@ -175,9 +175,11 @@ func TestDecideRefaultGuard(t *testing.T) {
 			}
 			Decide(&st, r, limits, interval, p)
 			r.At = r.At.Add(interval)
-			if d := Decide(&st, r, limits, interval, p); d.Reason != ReasonOffloading || d.ReclaimBytes != step*pageSize {
+			d := Decide(&st, r, limits, interval, p)
+			if d.Reason != ReasonOffloading || d.ReclaimBytes != step*pageSize {
 				t.Fatalf("first step: %+v, want %d bytes offloaded", d, step*pageSize)
 			}
+			st.Reclaimed(d.ReclaimBytes)
 			if tc.back >= 0 {
 				r.RefaultedPages += tc.back
 			}

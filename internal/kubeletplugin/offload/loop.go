@@ -291,6 +291,7 @@ func (l *Loop) step(ctx context.Context, t *tracked, report *PassReport) (d Deci
 	err = l.reclaimer.reclaim(dir, d.ReclaimBytes)
 	switch {
 	case err == nil:
+		t.state.Reclaimed(d.ReclaimBytes)
 		report.ReclaimedBytes += d.ReclaimBytes
 		for _, uid := range t.claims {
 			l.reclaimed[uid] += d.ReclaimBytes
