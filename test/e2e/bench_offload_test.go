@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-driver-swap/dra-driver-swap/api/swap/v1alpha1"
@@ -437,28 +438,16 @@ func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node str
 	}
 }
 
-// nodeSummary is the node's part of its kubelet's summary API
+// readNodeSummary is the node's part of its kubelet's summary API
 // (stats/summary), the figures the eviction manager uses.
-type nodeSummary struct {
-	CPU struct {
-		Time                 time.Time `json:"time"`
-		UsageCoreNanoSeconds *uint64   `json:"usageCoreNanoSeconds"`
-	} `json:"cpu"`
-	Memory struct {
-		AvailableBytes *int64 `json:"availableBytes"`
-	} `json:"memory"`
-}
-
-func readNodeSummary(ctx context.Context, c *cluster.Cluster, node string) (nodeSummary, error) {
+func readNodeSummary(ctx context.Context, c *cluster.Cluster, node string) (statsapi.NodeStats, error) {
 	raw, err := c.Client.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix("stats/summary").DoRaw(ctx)
 	if err != nil {
-		return nodeSummary{}, err
+		return statsapi.NodeStats{}, err
 	}
-	var summary struct {
-		Node nodeSummary `json:"node"`
-	}
+	var summary statsapi.Summary
 	if err := json.Unmarshal(raw, &summary); err != nil {
-		return nodeSummary{}, fmt.Errorf("node %s's summary: %w", node, err)
+		return statsapi.NodeStats{}, fmt.Errorf("node %s's summary: %w", node, err)
 	}
 	return summary.Node, nil
 }
@@ -470,10 +459,10 @@ func nodeMemoryAvailable(ctx context.Context, c *cluster.Cluster, node string) (
 	if err != nil {
 		return 0, err
 	}
-	if s.Memory.AvailableBytes == nil {
+	if s.Memory == nil || s.Memory.AvailableBytes == nil {
 		return 0, fmt.Errorf("node %s's summary has no memory.availableBytes", node)
 	}
-	return *s.Memory.AvailableBytes, nil
+	return int64(*s.Memory.AvailableBytes), nil
 }
 
 // cpuReading is a node's CPU time used since boot, when it was read, and
@@ -499,14 +488,14 @@ func nodeCPU(ctx context.Context, c *cluster.Cluster, node string) (cpuReading, 
 	if err != nil {
 		return cpuReading{}, err
 	}
-	if s.CPU.UsageCoreNanoSeconds == nil {
+	if s.CPU == nil || s.CPU.UsageCoreNanoSeconds == nil {
 		return cpuReading{}, fmt.Errorf("node %s's summary has no cpu.usageCoreNanoSeconds", node)
 	}
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return cpuReading{}, err
 	}
-	return cpuReading{at: s.CPU.Time, used: time.Duration(*s.CPU.UsageCoreNanoSeconds), cores: n.Status.Capacity.Cpu().Value()}, nil
+	return cpuReading{at: s.CPU.Time.Time, used: time.Duration(*s.CPU.UsageCoreNanoSeconds), cores: n.Status.Capacity.Cpu().Value()}, nil
 }
 
 // allStarted reports whether every named pod runs.
