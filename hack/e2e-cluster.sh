@@ -92,9 +92,10 @@ done
 link_or_copy _output/e2e.test "$share/e2e.test"
 printf '%s' "${E2E_RUN:-}" > "$share/run-filter"
 # E2E_GUEST_BENCH: the benchmarks the guest runs too (go test -bench, once),
-# with the BENCH_* settings.
+# with the BENCH_* settings; the OFFLOAD_* settings go along to the guest's
+# own cluster (hack/cluster/driver.sh), as the host's driver.sh takes them.
 printf '%s' "${E2E_GUEST_BENCH:-}" > "$share/bench-filter"
-env | grep -E '^BENCH_[A-Z_]+=' | sed 's/^/export /' > "$share/bench.env" || true
+env | grep -E '^(BENCH|OFFLOAD)_[A-Z_]+=' | sed 's/^/export /' > "$share/bench.env" || true
 
 # The two nodes' names and link (hack/cluster/lib.sh, CLUSTER_NODE).
 eval "$(CLUSTER_NODE=host bash -c 'source hack/cluster/lib.sh
@@ -141,6 +142,8 @@ else
 	echo "guest: runtime containerd $(/share/repo/_output/bin/containerd --version | awk '{print $3}') with $(runc --version | head -n1)"
 fi
 cd /share/repo
+# shellcheck disable=SC1091
+source /share/bench.env
 hack/cluster/up.sh
 source /var/lib/dra-swap-e2e/env
 if [ "$CONTAINER_RUNTIME" = containerd ]; then
@@ -154,8 +157,6 @@ if [ -f /share/run-guest-suite ]; then
 	cd test/e2e
 	filter=$(cat /share/run-filter)
 	bench=$(cat /share/bench-filter)
-	# shellcheck disable=SC1091
-	source /share/bench.env
 	BENCH_REPORT=/share/bench-guest.txt /share/e2e.test -test.v -test.timeout "$([ -n "$bench" ] && echo 120m || echo 40m)" -test.skip '^TestTwoNodes' \
 		${filter:+-test.run "$filter"} ${bench:+-test.bench "$bench" -test.benchtime 1x} || rc=$?
 	cd /share/repo

@@ -180,9 +180,10 @@ func BenchmarkOffload(b *testing.B) {
 	}
 	b.StopTimer()
 
-	fmt.Fprintf(&report, "node %s: kernel %s, swap %s MiB on %s, zswap %s (compressor %s), offload at the chart's kubeletPlugin.offload.interval; %d rounds of %d s, the three pods side by side in rotating order\n",
+	fmt.Fprintf(&report, "node %s: kernel %s, swap %s MiB on %s, zswap %s (compressor %s); %d rounds of %d s, the three pods side by side in rotating order\n",
 		node, nodeLine.Kernel, attrInt(dev, "totalBytes", 20), attrString(dev, "medium"), nodeLine.ZswapEnabled, nodeLine.Compressor,
 		rounds, seconds)
+	fmt.Fprintf(&report, "the offload loop: %s\n", loopSettings(ctx, c, node))
 	fmt.Fprintf(&report, "workload: %d MiB hot (read and written in a loop), %d MiB cold (written once), memory limit %d Mi; offload budget %s %%\n\n",
 		hot, cold, limit, budget)
 	fmt.Fprintf(&report, "over time (round 1; MiB, ops/s in millions, stall %% over each report interval):\n\n")
@@ -559,11 +560,40 @@ func pluginMetrics(ctx context.Context, c *cluster.Cluster) (string, error) {
 
 // nodePluginPods are the kubelet plugin's pods on the cluster's node.
 func nodePluginPods(ctx context.Context, c *cluster.Cluster) ([]corev1.Pod, error) {
-	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.Node})
+	return pluginPodsOn(ctx, c, c.Node)
+}
+
+// pluginPodsOn lists the kubelet plugin's pods on a node.
+func pluginPodsOn(ctx context.Context, c *cluster.Cluster, node string) ([]corev1.Pod, error) {
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return nil, err
 	}
 	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !strings.Contains(p.Name, "kubeletplugin") }), nil
+}
+
+// loopSettings says how the plugin on a node runs its offload loop: its
+// --offload-* flags as its pod has them (the chart's values as installed,
+// not as the benchmark assumes them).
+func loopSettings(ctx context.Context, c *cluster.Cluster, node string) string {
+	pods, err := pluginPodsOn(ctx, c, node)
+	if err != nil {
+		return fmt.Sprintf("not known (%v)", err)
+	}
+	var flags []string
+	for _, p := range pods {
+		for _, k := range p.Spec.Containers {
+			for _, a := range k.Args {
+				if strings.HasPrefix(a, "--offload-") && !slices.Contains(flags, a) {
+					flags = append(flags, a)
+				}
+			}
+		}
+	}
+	if len(flags) == 0 {
+		return "not known (no --offload-* flags on the plugin's pod: the binary's defaults)"
+	}
+	return strings.Join(flags, " ")
 }
 
 // nodePluginRestarts sums the restart counts of the kubelet plugin's
@@ -621,13 +651,17 @@ func loopStats(ctx context.Context, c *cluster.Cluster) (offloadLoopStats, error
 
 // startOffloading runs n small hot/cold pods whose claims ask for offload
 // on the cluster's node and waits until the plugin's loop drives them all
-// and has reclaimed from them.
-func startOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, ns string, n int) offloadLoopStats {
+// and has reclaimed from them. With idle, their claims do not ask for
+// offload (the same pods, claims and memory, the loop with nothing to do:
+// the floor the loop's cost shows against), and it waits until they run.
+func startOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, ns string, n int, idle bool) offloadLoopStats {
 	t := cluster.SwapTemplate(ns, "offloaded", "", 24<<20)
-	t.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: v1alpha1.DriverName, Parameters: runtime.RawExtension{
-			Raw: []byte(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","offload":{"maxStallPercent":1}}`)}},
-	}}}
+	if !idle {
+		t.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: v1alpha1.DriverName, Parameters: runtime.RawExtension{
+				Raw: []byte(`{"apiVersion":"dra.swap/v1alpha1","kind":"SwapConfig","offload":{"maxStallPercent":1}}`)}},
+		}}}
+	}
 	if _, err := c.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, t, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
@@ -652,6 +686,17 @@ func startOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, ns s
 	)
 	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, cluster.Scaled(5*time.Minute), true, func(ctx context.Context) (bool, error) {
 		s, scrapes = loopStats(ctx, c)
+		if idle {
+			ready := 0
+			if pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+				for _, p := range pods.Items {
+					if strings.HasPrefix(p.Name, "offloaded-") && podReady(&p) {
+						ready++
+					}
+				}
+			}
+			return scrapes == nil && ready >= n, nil
+		}
 		return scrapes == nil && s.containers >= float64(n) && s.reclaimed > 0, nil
 	}); err != nil {
 		// Say why: the last scrape's error and where the pods are.
@@ -668,7 +713,7 @@ func startOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, ns s
 }
 
 // reportOffloading says what the loop did while the pods were measured.
-func reportOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, before offloadLoopStats, n int, report *strings.Builder) {
+func reportOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, before offloadLoopStats, n int, idle bool, report *strings.Builder) {
 	after, err := loopStats(ctx, c)
 	if err != nil {
 		b.Fatal(err)
@@ -678,7 +723,11 @@ func reportOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, bef
 	if passes > 0 {
 		mean = (after.passSeconds - before.passSeconds) / passes * 1000
 	}
-	fmt.Fprintf(report, "meanwhile the offload loop drove %.0f containers (%d pods with offload claims): %.0f passes of %.2f ms mean, %.1f MiB reclaimed\n",
-		after.containers, n, passes, mean, (after.reclaimed-before.reclaimed)/(1<<20))
+	pods := "pods with offload claims"
+	if idle {
+		pods = "pods with claims without offload (BENCH_OFFLOAD_IDLE: the loop's floor)"
+	}
+	fmt.Fprintf(report, "meanwhile the offload loop (%s) drove %.0f containers (%d %s): %.0f passes of %.2f ms mean, %.1f MiB reclaimed\n",
+		loopSettings(ctx, c, c.Node), after.containers, n, pods, passes, mean, (after.reclaimed-before.reclaimed)/(1<<20))
 	b.ReportMetric(mean, "offload-pass-ms")
 }

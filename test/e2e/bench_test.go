@@ -208,11 +208,14 @@ func BenchmarkPodStartup(b *testing.B) {
 
 	// With BENCH_OFFLOAD_PODS, that many pods whose claims ask for offload
 	// run on the node throughout, and the plugin's loop offloads them while
-	// the pods are measured (a node that offloads: cgroup v2).
+	// the pods are measured (a node that offloads: cgroup v2). With
+	// BENCH_OFFLOAD_IDLE=1 too, their claims do not ask for offload: the
+	// same node's figures with the loop idle.
 	offloading := benchEnv("BENCH_OFFLOAD_PODS", 0)
+	idle := os.Getenv("BENCH_OFFLOAD_IDLE") == "1"
 	var loopBefore offloadLoopStats
 	if offloading > 0 {
-		loopBefore = startOffloading(b, ctx, c, ns, offloading)
+		loopBefore = startOffloading(b, ctx, c, ns, offloading, idle)
 	}
 	// A plugin restarted meanwhile (its liveness probe on a saturated
 	// node, or its memory limit) makes the figures those of a plugin
@@ -298,7 +301,7 @@ func BenchmarkPodStartup(b *testing.B) {
 		b.ReportMetric(ms(ds[len(ds)/2]), strings.ReplaceAll(kind, " ", "-")+"-median-ms")
 	}
 	if offloading > 0 {
-		reportOffloading(b, ctx, c, loopBefore, offloading, &report)
+		reportOffloading(b, ctx, c, loopBefore, offloading, idle, &report)
 	}
 	// The one-pod figures are out before the bursts, which a saturated
 	// node may fail.
