@@ -265,8 +265,10 @@ bench-e2e:
 ## bursts of 12 (BENCH_OFFLOAD_BURST_ROUNDS) take minutes each beside 20
 ## offloading pods under emulation. The loop runs as the e2e cluster has it
 ## (a pass every 2 s, steps up to 10 %); OFFLOAD_INTERVAL=6s
-## OFFLOAD_MAX_STEP_PERCENT=1 gives it the chart's defaults (then give
-## BENCH_OFFLOAD_SECONDS the time that takes: 1 % of memory.current a pass).
+## OFFLOAD_MAX_STEP_PERCENT=1 gives it the chart's defaults, on both nodes
+## (then give BENCH_OFFLOAD_SECONDS the time that takes: 1 % of
+## memory.current a pass). BENCH_OFFLOAD_IDLE=1 gives the guest's 20 pods
+## claims without offload: the same node's pod start with the loop idle.
 BENCH_OFFLOAD_PODS ?= 20
 BENCH_OFFLOAD_BURST_ROUNDS ?= 0
 BENCH_ROUNDS ?= 10

@@ -441,25 +441,26 @@ func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node str
 
 // readNodeSummary is the node's part of its kubelet's summary API
 // (stats/summary), the figures the eviction manager uses.
-func readNodeSummary(ctx context.Context, c *cluster.Cluster, node string) (statsapi.NodeStats, error) {
+func readNodeSummary(ctx context.Context, c *cluster.Cluster, node string) (statsapi.Summary, error) {
+	var summary statsapi.Summary
 	raw, err := c.Client.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix("stats/summary").DoRaw(ctx)
 	if err != nil {
-		return statsapi.NodeStats{}, err
+		return summary, err
 	}
-	var summary statsapi.Summary
 	if err := json.Unmarshal(raw, &summary); err != nil {
-		return statsapi.NodeStats{}, fmt.Errorf("node %s's summary: %w", node, err)
+		return summary, fmt.Errorf("node %s's summary: %w", node, err)
 	}
-	return summary.Node, nil
+	return summary, nil
 }
 
 // nodeMemoryAvailable is the node's memory.available as its kubelet's
 // eviction manager computes it (the summary API's node.memory.availableBytes).
 func nodeMemoryAvailable(ctx context.Context, c *cluster.Cluster, node string) (int64, error) {
-	s, err := readNodeSummary(ctx, c, node)
+	summary, err := readNodeSummary(ctx, c, node)
 	if err != nil {
 		return 0, err
 	}
+	s := summary.Node
 	if s.Memory == nil || s.Memory.AvailableBytes == nil {
 		return 0, fmt.Errorf("node %s's summary has no memory.availableBytes", node)
 	}
@@ -467,11 +468,14 @@ func nodeMemoryAvailable(ctx context.Context, c *cluster.Cluster, node string) (
 }
 
 // cpuReading is a node's CPU time used since boot, when it was read, and
-// its cores.
+// its cores; plugin is the CPU time of the kubelet plugin's pod on it (the
+// kernel's reclaim on the offload loop's behalf included), -1 when the
+// summary has none.
 type cpuReading struct {
-	at    time.Time
-	used  time.Duration
-	cores int64
+	at     time.Time
+	used   time.Duration
+	plugin time.Duration
+	cores  int64
 }
 
 // busySince is the mean number of cores busy between two readings.
@@ -482,13 +486,24 @@ func (r cpuReading) busySince(before cpuReading) float64 {
 	return float64(r.used-before.used) / float64(r.at.Sub(before.at))
 }
 
+// pluginSince is the mean number of cores the plugin's pod used between
+// two readings, -1 when either has none (a plugin pod restarted between
+// them counts from its new start).
+func (r cpuReading) pluginSince(before cpuReading) float64 {
+	if !r.at.After(before.at) || r.plugin < 0 || before.plugin < 0 || r.plugin < before.plugin {
+		return -1
+	}
+	return float64(r.plugin-before.plugin) / float64(r.at.Sub(before.at))
+}
+
 // nodeCPU reads the node's CPU use (the summary API's
 // node.cpu.usageCoreNanoSeconds) and its capacity.
 func nodeCPU(ctx context.Context, c *cluster.Cluster, node string) (cpuReading, error) {
-	s, err := readNodeSummary(ctx, c, node)
+	summary, err := readNodeSummary(ctx, c, node)
 	if err != nil {
 		return cpuReading{}, err
 	}
+	s := summary.Node
 	if s.CPU == nil || s.CPU.UsageCoreNanoSeconds == nil {
 		return cpuReading{}, fmt.Errorf("node %s's summary has no cpu.usageCoreNanoSeconds", node)
 	}
@@ -496,7 +511,13 @@ func nodeCPU(ctx context.Context, c *cluster.Cluster, node string) (cpuReading, 
 	if err != nil {
 		return cpuReading{}, err
 	}
-	return cpuReading{at: s.CPU.Time.Time, used: time.Duration(*s.CPU.UsageCoreNanoSeconds), cores: n.Status.Capacity.Cpu().Value()}, nil
+	r := cpuReading{at: s.CPU.Time.Time, used: time.Duration(*s.CPU.UsageCoreNanoSeconds), plugin: -1, cores: n.Status.Capacity.Cpu().Value()}
+	for _, p := range summary.Pods {
+		if p.PodRef.Namespace == driverNamespace && strings.Contains(p.PodRef.Name, "kubeletplugin") && p.CPU != nil && p.CPU.UsageCoreNanoSeconds != nil {
+			r.plugin = time.Duration(*p.CPU.UsageCoreNanoSeconds)
+		}
+	}
+	return r, nil
 }
 
 // allStarted reports whether every named pod runs.
