@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -734,7 +735,7 @@ func startOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, ns s
 }
 
 // reportOffloading says what the loop did while the pods were measured.
-func reportOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, before offloadLoopStats, n int, idle bool, report *strings.Builder) {
+func reportOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, ns string, before offloadLoopStats, n int, idle bool, report *strings.Builder) {
 	after, err := loopStats(ctx, c)
 	if err != nil {
 		b.Fatal(err)
@@ -744,11 +745,55 @@ func reportOffloading(b *testing.B, ctx context.Context, c *cluster.Cluster, bef
 	if passes > 0 {
 		mean = (after.passSeconds - before.passSeconds) / passes * 1000
 	}
+	states, err := offloadStates(ctx, c, ns)
+	if err != nil {
+		states = fmt.Sprintf("not known (%v)", err)
+	}
 	pods := "pods with offload claims"
 	if idle {
 		pods = "pods with claims without offload (BENCH_OFFLOAD_IDLE: the loop's floor)"
 	}
 	fmt.Fprintf(report, "meanwhile the offload loop (%s) drove %.0f containers (%d %s): %.0f passes of %.2f ms mean, %.1f MiB reclaimed\n",
 		loopSettings(ctx, c, c.Node), after.containers, n, pods, passes, mean, (after.reclaimed-before.reclaimed)/(1<<20))
+	fmt.Fprintf(report, "the offload claims' states (their status): %s\n", states)
 	b.ReportMetric(mean, "offload-pass-ms")
+}
+
+// offloadStates counts the offload claims in a namespace by the state
+// their status has (data.offload.state), with their mean stall.
+func offloadStates(ctx context.Context, c *cluster.Cluster, ns string) (string, error) {
+	claims, err := c.Client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	count := map[string]int{}
+	var stall float64
+	n := 0
+	for _, claim := range claims.Items {
+		for _, d := range claim.Status.Devices {
+			if d.Data == nil {
+				continue
+			}
+			var data struct {
+				Offload *struct {
+					State        string  `json:"state"`
+					StallPercent float64 `json:"stallPercent"`
+				} `json:"offload"`
+			}
+			if json.Unmarshal(d.Data.Raw, &data) != nil || data.Offload == nil {
+				continue
+			}
+			count[data.Offload.State]++
+			stall += data.Offload.StallPercent
+			n++
+		}
+	}
+	if n == 0 {
+		return "none in their status yet", nil
+	}
+	var parts []string
+	for _, state := range slices.Sorted(maps.Keys(count)) {
+		parts = append(parts, fmt.Sprintf("%s %d", state, count[state]))
+	}
+	return fmt.Sprintf("%s; mean stall %.2f %%", strings.Join(parts, ", "), stall/float64(n)), nil
 }

@@ -306,7 +306,7 @@ func BenchmarkPodStartup(b *testing.B) {
 		b.ReportMetric(ms(ds[len(ds)/2]), strings.ReplaceAll(kind, " ", "-")+"-median-ms")
 	}
 	if offloading > 0 {
-		reportOffloading(b, ctx, c, loopBefore, offloading, idle, &report)
+		reportOffloading(b, ctx, c, ns, loopBefore, offloading, idle, &report)
 	}
 	// The one-pod figures are out before the bursts, which a saturated
 	// node may fail.
