@@ -414,9 +414,17 @@ func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node str
 				}
 				time.Sleep(2 * time.Second)
 			}
-			a, err := nodeMemoryAvailable(ctx, c, node)
+			// A saturated node's kubelet may not answer one read in
+			// time: read again for a minute before giving up.
+			var a int64
+			err := wait.PollUntilContextTimeout(ctx, 2*time.Second, cluster.Scaled(time.Minute), true, func(ctx context.Context) (bool, error) {
+				var err error
+				a, err = nodeMemoryAvailable(ctx, c, node)
+				return err == nil, nil
+			})
 			if err != nil {
-				why = fmt.Sprintf("reading the node's memory.available after copy %d: %v", i+1, err)
+				_, last := nodeMemoryAvailable(ctx, c, node)
+				why = fmt.Sprintf("reading the node's memory.available after copy %d: %v (%v)", i+1, err, last)
 				break
 			}
 			if a < reserve {
