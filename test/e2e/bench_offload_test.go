@@ -409,7 +409,14 @@ func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node str
 					break copies
 				}
 				if time.Now().After(deadline.Add(cluster.Scaled(2 * time.Minute))) {
-					why = fmt.Sprintf("copy %d did not start within %s", i+1, cluster.Scaled(2*time.Minute))
+					// Say where: the copies not running yet.
+					var stuck []string
+					for _, n := range names {
+						if got, err := c.Client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{}); err == nil && got.Status.Phase != corev1.PodRunning {
+							stuck = append(stuck, n+": "+whereStuck(ctx, c, got))
+						}
+					}
+					why = fmt.Sprintf("copy %d did not start within %s (%s)", i+1, cluster.Scaled(2*time.Minute), strings.Join(stuck, "; "))
 					break copies
 				}
 				time.Sleep(2 * time.Second)
