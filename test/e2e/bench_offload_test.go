@@ -423,14 +423,15 @@ func density(b *testing.B, ctx context.Context, c *cluster.Cluster, ns, node str
 			}
 			// A saturated node's kubelet may not answer one read in
 			// time: read again for a minute before giving up.
-			var a int64
+			var (
+				a    int64
+				last error
+			)
 			err := wait.PollUntilContextTimeout(ctx, 2*time.Second, cluster.Scaled(time.Minute), true, func(ctx context.Context) (bool, error) {
-				var err error
-				a, err = nodeMemoryAvailable(ctx, c, node)
-				return err == nil, nil
+				a, last = nodeMemoryAvailable(ctx, c, node)
+				return last == nil, nil
 			})
 			if err != nil {
-				_, last := nodeMemoryAvailable(ctx, c, node)
 				why = fmt.Sprintf("reading the node's memory.available after copy %d: %v (%v)", i+1, err, last)
 				break
 			}
