@@ -530,7 +530,7 @@ func nodeCPU(ctx context.Context, c *cluster.Cluster, node string) (cpuReading, 
 	}
 	r := cpuReading{at: s.CPU.Time.Time, used: time.Duration(*s.CPU.UsageCoreNanoSeconds), plugin: -1, cores: n.Status.Capacity.Cpu().Value()}
 	for _, p := range summary.Pods {
-		if p.PodRef.Namespace == driverNamespace && strings.Contains(p.PodRef.Name, "kubeletplugin") && p.CPU != nil && p.CPU.UsageCoreNanoSeconds != nil {
+		if isPluginPod(p.PodRef.Namespace, p.PodRef.Name) && p.CPU != nil && p.CPU.UsageCoreNanoSeconds != nil {
 			r.plugin = time.Duration(*p.CPU.UsageCoreNanoSeconds)
 		}
 	}
@@ -607,7 +607,13 @@ func pluginPodsOn(ctx context.Context, c *cluster.Cluster, node string) ([]corev
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !strings.Contains(p.Name, "kubeletplugin") }), nil
+	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !isPluginPod(p.Namespace, p.Name) }), nil
+}
+
+// isPluginPod says whether a pod is one of the kubelet plugin's (the
+// DaemonSet's pods are named for it).
+func isPluginPod(namespace, name string) bool {
+	return namespace == driverNamespace && strings.Contains(name, "kubeletplugin")
 }
 
 // loopSettings says how the plugin on a node runs its offload loop: its
